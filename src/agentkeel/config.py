@@ -1,0 +1,165 @@
+"""AgentKeel's configuration: one YAML file plus environment overrides, validated at start-up.
+
+Every key is optional; an unknown key or a wrong type stops start-up with the key path in the
+message (``ConfigError``), because a typo in a guard's threshold silently falling back to a default
+is exactly the kind of surprise this runtime exists to remove.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+BUNDLED_SCRIPTS = Path(__file__).parent / "harness" / "scripts"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    name: str
+    use: str  # "scripted" or "<provider>:<model>"
+    script: str | None = None
+    api_key_env: str | None = None
+    base_url: str | None = None
+    temperature: float | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
+class AssistantConfig(_Strict):
+    assistant_id: str
+    model: str | None = None  # defaults to the first model
+    system_prompt: str | None = None
+    tools: list[str] | None = None  # default: every built-in tool that is enabled
+
+
+class Limits(_Strict):
+    """Budgets, bounds and timeouts of the control plane (guards add theirs in later issues)."""
+
+    run_timeout_s: Annotated[float, Field(gt=0)] = 1800.0
+    recursion_limit: Annotated[int, Field(ge=1)] = 100
+    max_recursion_limit: Annotated[int, Field(ge=1)] = 1000
+    bash_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    bash_output_cap: Annotated[int, Field(ge=256)] = 32_000
+    snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
+    snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
+    stream_retention: Annotated[int, Field(ge=1)] = 10_000
+    stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
+    stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
+    max_tracked_runs: Annotated[int, Field(ge=1)] = 1000
+
+
+class ToolsConfig(_Strict):
+    bash: bool = False
+
+
+class KeelConfig(_Strict):
+    data_dir: str = "./.agentkeel"
+    database: str | None = None  # default: sqlite:///<data_dir>/keel.db
+    stream: str = "memory"  # or redis://host:port/db
+    checkpoint_mode: Literal["full", "delta"] = "full"
+    models: list[ModelConfig] = Field(default_factory=list)
+    assistants: list[AssistantConfig] = Field(default_factory=list)
+    graphs: dict[str, str] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+
+    # Where relative paths (scripts, graphs, data_dir) resolve; not a config key.
+    base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if not self.models:
+            self.models = [ModelConfig(name="demo", use="scripted", script=str(BUNDLED_SCRIPTS / "demo.yaml"))]
+        names = [m.name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"models: duplicate model name(s) {duplicates}")
+        if not any(a.assistant_id == "lead" for a in self.assistants):
+            self.assistants = [AssistantConfig(assistant_id="lead"), *self.assistants]
+        for index, assistant in enumerate(self.assistants):
+            if assistant.model is not None and assistant.model not in names:
+                raise ConfigError(
+                    f"assistants.{index}.model: {assistant.model!r} is not in models {names}"
+                )
+        clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
+        if clash:
+            raise ConfigError(f"graphs: name(s) {clash} clash with an assistant_id")
+
+    # -- derived ---------------------------------------------------------------------------
+    def resolve_path(self, value: str | Path) -> Path:
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    @property
+    def data_path(self) -> Path:
+        return self.resolve_path(self.data_dir)
+
+    @property
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{self.data_path / 'keel.db'}"
+
+    def model(self, name: str) -> ModelConfig:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+    def assistant(self, assistant_id: str) -> AssistantConfig | None:
+        return next((a for a in self.assistants if a.assistant_id == assistant_id), None)
+
+    def default_model_for(self, assistant: AssistantConfig) -> str:
+        return assistant.model or self.models[0].name
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key path."""
+
+
+def _format(error: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "<root>"
+        lines.append(f"  {path}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> KeelConfig:
+    """Load the YAML file (``path`` or ``$AGENTKEEL_CONFIG``), apply env overrides, validate."""
+    env = dict(os.environ if env is None else env)
+    path = path or env.get("AGENTKEEL_CONFIG") or None
+    raw: Any = {}
+    base_dir = Path.cwd()
+    source = "<defaults>"
+    if path:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            raw = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {file} is not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {file}: the top level must be a mapping")
+        base_dir = file.resolve().parent
+        source = str(file)
+    if "base_dir" in raw:
+        raise ConfigError(f"invalid configuration in {source}:\n  base_dir: Extra inputs are not permitted")
+    if env.get("AGENTKEEL_DATABASE_URL"):
+        raw["database"] = env["AGENTKEEL_DATABASE_URL"]
+    if env.get("AGENTKEEL_REDIS_URL"):
+        raw["stream"] = env["AGENTKEEL_REDIS_URL"]
+    try:
+        return KeelConfig(**raw, base_dir=base_dir)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, source)) from None

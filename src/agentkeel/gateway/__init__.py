@@ -1,0 +1,1 @@
+"""HTTP gateway (LangGraph Agent Server compatible). Built in a later issue."""

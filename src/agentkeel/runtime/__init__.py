@@ -1,0 +1,4 @@
+"""The control plane: run records, stores, admission, workers, stream bridge, journal, checkpoints.
+
+Knows nothing of HTTP.
+"""

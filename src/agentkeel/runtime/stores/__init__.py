@@ -1,0 +1,1 @@
+"""Storage backends behind one interface each: memory, SQLite, PostgreSQL."""

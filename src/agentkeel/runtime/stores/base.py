@@ -1,0 +1,164 @@
+"""The two storage interfaces of the control plane.
+
+``RunStore`` holds run and thread records; ``JournalStore`` holds each run's ordered journal.
+Each has an in-memory implementation (unit tests, ``memory://``) and one SQL implementation that
+runs on SQLite (aiosqlite) and PostgreSQL (psycopg 3). ``tests/conformance`` holds the one suite
+every implementation must pass.
+
+Why admission is a store operation: the guarantee "``reject`` admits at most one active run per
+thread" must hold across processes sharing a database, so the check and the insert happen in one
+transaction that serialises on the thread (row lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite).
+The database additionally refuses a second ``running`` run per thread with a partial unique index.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentkeel.runtime.records import Completion, RunRecord, RunStatus, ThreadRecord
+
+
+@dataclass(frozen=True)
+class AdmitResult:
+    record: RunRecord
+    # Runs of the thread that were active (pending or running) when this run was admitted,
+    # oldest first. The manager displaces them for ``interrupt`` / ``rollback``.
+    active_before: list[RunRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JournalEvent:
+    run_id: str
+    thread_id: str
+    seq: int  # run-wide, strictly increasing from 1
+    kind: str  # e.g. run.start, model.call, tool.call, stop_reason, file.changed, run.end
+    data: dict[str, Any]
+    caller: str | None = None  # lead | subagent:<type> | middleware:<name>
+    ts: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "seq": self.seq,
+            "kind": self.kind,
+            "caller": self.caller,
+            "data": self.data,
+            "ts": self.ts.isoformat() if self.ts else None,
+        }
+
+
+class RunStore(ABC):
+    """Runs and threads. Every method is a single atomic operation."""
+
+    async def setup(self) -> None:
+        """Create or migrate the schema. Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    # -- admission -------------------------------------------------------------------------
+    @abstractmethod
+    async def admit(self, record: RunRecord) -> AdmitResult:
+        """Insert ``record`` (status pending) and upsert its thread, atomically.
+
+        With strategy ``reject`` raises ``ConflictError`` if the thread has an active run, and
+        writes nothing. Other strategies always insert and report the runs that were active.
+        """
+
+    # -- fenced writes after admission -------------------------------------------------------
+    @abstractmethod
+    async def mark_running(
+        self, run_id: str, attempt: int, owner: str | None, lease_expires_at: datetime | None
+    ) -> RunRecord:
+        """pending -> running for exactly this attempt.
+
+        Raises ``FencedOut`` if the run is not pending at that attempt, ``ConflictError`` if another
+        run of the thread is already running (the database's partial unique index).
+        """
+
+    @abstractmethod
+    async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        """Write the terminal status, stop reasons, usage and error in one fenced write.
+
+        Only an active run at exactly ``attempt`` is changed; anything else raises ``FencedOut``
+        and leaves the stored record untouched (a terminal status is never replaced).
+        """
+
+    @abstractmethod
+    async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
+        """Progress write while running; False (no change) when fenced out."""
+
+    @abstractmethod
+    async def claim(
+        self, run_id: str, owner: str, lease_expires_at: datetime | None
+    ) -> RunRecord:
+        """Take ownership of an active run: bump ``attempt``, set owner and lease.
+
+        After a claim every write naming an older attempt is fenced out.
+        """
+
+    # -- reads -------------------------------------------------------------------------------
+    @abstractmethod
+    async def get(self, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    async def list_runs(
+        self,
+        thread_id: str | None = None,
+        statuses: list[RunStatus] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        """Newest first."""
+
+    @abstractmethod
+    async def active_runs(self, thread_id: str) -> list[RunRecord]:
+        """Pending and running runs of the thread in admission order (oldest first)."""
+
+    @abstractmethod
+    async def delete_run(self, run_id: str) -> bool: ...
+
+    # -- threads -----------------------------------------------------------------------------
+    @abstractmethod
+    async def upsert_thread(self, thread_id: str, metadata: dict[str, Any] | None = None) -> ThreadRecord: ...
+
+    @abstractmethod
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
+
+    @abstractmethod
+    async def set_thread_status(self, thread_id: str, status: str) -> None: ...
+
+    @abstractmethod
+    async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]: ...
+
+    @abstractmethod
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread and all of its runs."""
+
+
+class JournalStore(ABC):
+    """Ordered journal events per run. ``(run_id, seq)`` is unique; re-appending it is a no-op."""
+
+    async def setup(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def append(self, events: list[JournalEvent]) -> None: ...
+
+    @abstractmethod
+    async def list(
+        self,
+        run_id: str,
+        after_seq: int = 0,
+        limit: int | None = None,
+        kinds: list[str] | None = None,
+    ) -> list[JournalEvent]:
+        """Events of one run in ``seq`` order."""
+
+    @abstractmethod
+    async def delete_run(self, run_id: str) -> None: ...

@@ -1,0 +1,1 @@
+"""Per-thread workspace, path confinement and command execution."""
