@@ -1,0 +1,175 @@
+"""Redis Streams bridge: one stream key per run, shared by every process of a deployment.
+
+Layout: ``{prefix}:stream:{run_id}`` is a Redis stream whose data entries have the explicit id
+``<seq>-0`` and fields ``event`` and ``data`` (JSON); END is the entry ``<last seq>-1`` (field
+``end``). Keeping everything in the one key means there is no second key to expire, delete or
+keep consistent, and the stream itself answers "what is the last seq and has it ended": its newest
+entry, which exact ``MAXLEN`` trimming never removes.
+
+Appends run as one Lua script (read the newest entry, refuse if it is END, ``XADD`` the next seq
+with exact ``MAXLEN``, refresh ``PEXPIRE``), so concurrent publishers in any number of processes
+get unique, contiguous seqs. END is added with ``MAXLEN retention + 1`` so it never costs an
+event. Every write refreshes the TTL, so a stream expires ``ttl_s`` after its END or after its
+last publish if abandoned.
+
+Subscribers ``XREAD BLOCK`` for one heartbeat interval at a time. Reads are idempotent, so
+transient connection errors are retried a few times with backoff; publishes are not retried (a
+lost reply could mean the event was stored, and a retry would publish it twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from agentkeel.runtime.bridge.base import (
+    READ_BATCH,
+    Batch,
+    Reader,
+    StreamBridge,
+    StreamClosed,
+    StreamEvent,
+    StreamGone,
+    data_event,
+)
+
+T = TypeVar("T")
+
+_CLOSED = "AGENTKEEL_STREAM_CLOSED"
+_APPEND = f"""
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local seq = 0
+if top[1] then
+  local id = top[1][1]
+  local dash = string.find(id, '-', 1, true)
+  if string.sub(id, dash + 1) ~= '0' then
+    if ARGV[3] == 'end' then return seq end
+    return redis.error_reply('{_CLOSED} stream has ended')
+  end
+  seq = tonumber(string.sub(id, 1, dash - 1))
+end
+if ARGV[3] == 'end' then
+  redis.call('XADD', KEYS[1], 'MAXLEN', tonumber(ARGV[1]) + 1, seq .. '-1', 'end', '1')
+else
+  seq = seq + 1
+  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[4], 'data', ARGV[5])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return seq
+"""
+
+READ_RETRIES = 3
+_BACKOFF_S = 0.05
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError)
+
+
+def _split_id(entry_id: str) -> tuple[int, bool]:
+    """(seq, is_end) of one of our stream entry ids."""
+    seq, sub = entry_id.split("-")
+    return int(seq), sub != "0"
+
+
+async def _retrying(op: Callable[[], Awaitable[T]]) -> T:
+    """Run an idempotent read, retrying transient errors with doubling backoff, then re-raise."""
+    for attempt in range(READ_RETRIES):
+        try:
+            return await op()
+        except _TRANSIENT:
+            await asyncio.sleep(_BACKOFF_S * 2**attempt)
+    return await op()
+
+
+class _RedisReader(Reader):
+    def __init__(self, client: Redis, key: str) -> None:
+        self._client = client
+        self._key = key
+        # Only a stream this reader has seen can "disappear"; before that, absence means
+        # "not published yet".
+        self._seen = False
+
+    async def head(self) -> int:
+        top: Any = await _retrying(lambda: self._client.xrevrange(self._key, count=1))
+        if not top:
+            return 0
+        self._seen = True
+        return _split_id(top[0][0])[0]
+
+    async def read(self, after: int, wait_s: float) -> Batch:
+        block_ms = max(1, round(wait_s * 1000))
+        reply: Any = await _retrying(
+            lambda: self._client.xread({self._key: f"{after}-0"}, count=READ_BATCH, block=block_ms)
+        )
+        if not reply:
+            if self._seen and not await _retrying(lambda: self._client.exists(self._key)):
+                raise StreamGone("the stream was deleted or expired")
+            return Batch([], False)
+        self._seen = True
+        events: list[StreamEvent] = []
+        for entry_id, fields in reply[0][1]:
+            seq, is_end = _split_id(entry_id)
+            if is_end:
+                return Batch(events, True)
+            events.append(data_event(seq, fields["event"], fields["data"]))
+        return Batch(events, False)
+
+
+class RedisStreamBridge(StreamBridge):
+    """Takes ownership of ``client`` (``decode_responses=True``); ``close`` closes it."""
+
+    cross_process = True
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        retention: int,
+        ttl_s: float,
+        heartbeat_s: float,
+        prefix: str = "agentkeel",
+    ) -> None:
+        super().__init__(retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+        self._client = client
+        self._prefix = prefix
+        self._ttl_ms = max(1, round(ttl_s * 1000))
+        self._script = client.register_script(_APPEND)
+
+    def key(self, run_id: str) -> str:
+        return f"{self._prefix}:stream:{run_id}"
+
+    async def _run_script(self, run_id: str, *args: str) -> int:
+        try:
+            seq = await self._script(
+                keys=[self.key(run_id)], args=[self.retention, self._ttl_ms, *args]
+            )
+        except ResponseError as exc:
+            if _CLOSED in str(exc):
+                raise StreamClosed(f"stream {run_id!r} has ended") from None
+            raise
+        return int(seq)
+
+    async def _append(self, run_id: str, event: str, payload: str) -> StreamEvent:
+        seq = await self._run_script(run_id, "event", event, payload)
+        return data_event(seq, event, payload)
+
+    async def publish_end(self, run_id: str) -> None:
+        await self._run_script(run_id, "end")
+
+    @asynccontextmanager
+    async def _reader(self, run_id: str) -> AsyncIterator[Reader]:
+        yield _RedisReader(self._client, self.key(run_id))
+
+    async def exists(self, run_id: str) -> bool:
+        return bool(await self._client.exists(self.key(run_id)))
+
+    async def delete(self, run_id: str) -> None:
+        await self._client.delete(self.key(run_id))
+
+    async def close(self) -> None:
+        await self._client.aclose()

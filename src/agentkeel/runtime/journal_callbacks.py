@@ -1,0 +1,244 @@
+"""LangChain callbacks that journal every model and tool call of a run and count its tokens.
+
+Why a synchronous ``BaseCallbackHandler`` with ``run_inline = True``: LangChain calls such a handler
+directly — on the event loop for async runs (in event order, no thread pool hop), and on the calling
+thread for sync runs. An ``AsyncCallbackHandler`` in a sync run is driven through ad-hoc event loops
+and can be skipped or reordered. Everything the handler touches (``Journal.record``,
+``UsageAccumulator.add``) is synchronous and thread-safe.
+
+The handler never raises into the graph: ``raise_error`` is False and every hook is guarded, so a
+malformed response costs one journal record, not the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.outputs import LLMResult
+from langgraph.errors import GraphInterrupt
+
+from agentkeel.runtime.journal import Journal
+from agentkeel.runtime.usage import UsageAccumulator, caller_from_tags
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _guarded(hook: F) -> F:
+    @functools.wraps(hook)
+    def wrapper(self: JournalCallbackHandler, *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception:
+            log.exception("journal callback %s failed (ignored)", hook.__name__)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class _Started:
+    at: float  # time.monotonic()
+    caller: str
+    name: str  # model name hint (chat models) or tool name
+    call_id: str | None = None
+
+
+class JournalCallbackHandler(BaseCallbackHandler):
+    """Journals ``model.call`` / ``model.error`` / ``tool.call`` records and feeds ``usage``."""
+
+    raise_error = False
+    run_inline = True
+
+    def __init__(self, journal: Journal, usage: UsageAccumulator) -> None:
+        self._journal = journal
+        self._usage = usage
+        # Keyed by LangChain run id; dict get/set/pop are atomic, which is all the threads need.
+        self._models: dict[UUID, _Started] = {}
+        self._tools: dict[UUID, _Started] = {}
+
+    # -- models ------------------------------------------------------------------------------
+    @_guarded
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._model_started(run_id, tags, metadata, kwargs)
+
+    @_guarded
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._model_started(run_id, tags, metadata, kwargs)
+
+    def _model_started(
+        self, run_id: UUID, tags: list[str] | None, metadata: dict[str, Any] | None, kwargs: dict[str, Any]
+    ) -> None:
+        params = kwargs.get("invocation_params") or {}
+        hint = (metadata or {}).get("ls_model_name") or params.get("model") or params.get("model_name")
+        self._models[run_id] = _Started(time.monotonic(), caller_from_tags(tags), str(hint or ""))
+
+    @_guarded
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, tags: list[str] | None = None, **kwargs: Any
+    ) -> None:
+        started = self._models.pop(run_id, None)
+        caller = started.caller if started else caller_from_tags(tags)
+        generation = response.generations[0][0] if response.generations and response.generations[0] else None
+        message = getattr(generation, "message", None)
+        meta: dict[str, Any] = dict(getattr(message, "response_metadata", None) or {})
+        info: dict[str, Any] = dict(getattr(generation, "generation_info", None) or {})
+        llm_output = response.llm_output or {}
+        model = (
+            meta.get("model_name")
+            or meta.get("model")
+            or llm_output.get("model_name")
+            or (started.name if started else "")
+            or "unknown"
+        )
+        tokens_in, tokens_out = _token_counts(message, llm_output)
+        self._journal.record(
+            "model.call",
+            {
+                "model": model,
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "latency_ms": _elapsed_ms(started),
+                "finish_reason": meta.get("finish_reason")
+                or meta.get("stop_reason")
+                or info.get("finish_reason"),
+                "tool_calls": len(getattr(message, "tool_calls", None) or []),
+            },
+            caller=caller,
+        )
+        self._usage.add(caller, model, tokens_in, tokens_out, source_id=str(run_id))
+
+    @_guarded
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, tags: list[str] | None = None, **kwargs: Any
+    ) -> None:
+        started = self._models.pop(run_id, None)
+        self._journal.record(
+            "model.error",
+            {
+                "model": (started.name if started else "") or "unknown",
+                "error_type": type(error).__name__,
+                "message": str(error)[:2000],
+                "latency_ms": _elapsed_ms(started),
+            },
+            caller=started.caller if started else caller_from_tags(tags),
+        )
+
+    # -- tools -------------------------------------------------------------------------------
+    @_guarded
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = (serialized or {}).get("name") or kwargs.get("name") or "unknown"
+        self._tools[run_id] = _Started(
+            time.monotonic(), caller_from_tags(tags), str(name), kwargs.get("tool_call_id")
+        )
+
+    @_guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._tools.pop(run_id, None)
+        message = _tool_message(output)
+        if message is not None:
+            status = "error" if message.status == "error" else "ok"
+            call_id: str | None = message.tool_call_id
+            size = _size(message.content)
+        else:
+            status, call_id, size = "ok", None, _size(output)
+        self._record_tool(started, kwargs, call_id, status, size)
+
+    @_guarded
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._tools.pop(run_id, None)
+        # An interrupt (e.g. a clarification question) pauses the run; it is not a failing tool.
+        status = "interrupted" if isinstance(error, GraphInterrupt) else "error"
+        self._record_tool(started, kwargs, None, status, 0, error_type=type(error).__name__)
+
+    def _record_tool(
+        self,
+        started: _Started | None,
+        kwargs: dict[str, Any],
+        call_id: str | None,
+        status: str,
+        result_size: int,
+        **extra: Any,
+    ) -> None:
+        call_id = call_id or (started.call_id if started else None) or kwargs.get("tool_call_id")
+        self._journal.record(
+            "tool.call",
+            {
+                "name": started.name if started else kwargs.get("name", "unknown"),
+                "call_id": call_id,
+                "status": status,
+                "duration_ms": _elapsed_ms(started),
+                "result_size": result_size,
+                **extra,
+            },
+            caller=started.caller if started else caller_from_tags(kwargs.get("tags")),
+        )
+
+
+def _token_counts(message: Any, llm_output: dict[str, Any]) -> tuple[int, int]:
+    usage = getattr(message, "usage_metadata", None)
+    if usage:
+        return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    # Providers that predate ``usage_metadata`` report OpenAI-style counts in ``llm_output``.
+    legacy = llm_output.get("token_usage") or {}
+    return int(legacy.get("prompt_tokens") or 0), int(legacy.get("completion_tokens") or 0)
+
+
+def _tool_message(output: Any) -> ToolMessage | None:
+    """The ToolMessage a tool produced, directly or inside a ``Command(update={"messages": ...})``."""
+    if isinstance(output, ToolMessage):
+        return output
+    update = getattr(output, "update", None)
+    if isinstance(update, dict):
+        for message in update.get("messages") or []:
+            if isinstance(message, ToolMessage):
+                return message
+    return None
+
+
+def _size(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    try:
+        return len(json.dumps(content, default=str))
+    except (TypeError, ValueError):
+        return len(str(content))
+
+
+def _elapsed_ms(started: _Started | None) -> int | None:
+    return None if started is None else round((time.monotonic() - started.at) * 1000)

@@ -1,0 +1,311 @@
+"""The StreamBridge contract, run against every backend (memory and Redis Streams)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from datetime import UTC, datetime
+
+import pytest
+from redis.asyncio import Redis
+
+from agentkeel.runtime.bridge import (
+    END_EVENT,
+    GAP_EVENT,
+    HEARTBEAT_EVENT,
+    LIVE,
+    EventKind,
+    InvalidEventId,
+    StreamBridge,
+    StreamClosed,
+    StreamEvent,
+    StreamGone,
+    open_bridge,
+    parse_event_id,
+)
+from agentkeel.runtime.bridge.redis import RedisStreamBridge
+
+MakeBridge = Callable[..., StreamBridge]
+HB = 0.05  # heartbeat interval used throughout: keeps idle waits short
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def make_bridge(
+    request: pytest.FixtureRequest, redis_prefix: str
+) -> AsyncIterator[MakeBridge]:
+    """Builds bridges of the parametrised backend; closes them and deletes their Redis keys."""
+    url = "memory" if request.param == "memory" else request.getfixturevalue("redis_url")
+    made: list[StreamBridge] = []
+
+    def make(*, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB) -> StreamBridge:
+        bridge = open_bridge(
+            url, retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, prefix=redis_prefix
+        )
+        made.append(bridge)
+        return bridge
+
+    yield make
+    for bridge in made:
+        await bridge.close()
+    if url != "memory":
+        client = Redis.from_url(url, decode_responses=True)
+        keys = [key async for key in client.scan_iter(match=f"{redis_prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+@pytest.fixture
+def bridge(make_bridge: MakeBridge) -> StreamBridge:
+    return make_bridge()
+
+
+async def drain(
+    bridge: StreamBridge, run_id: str, last_event_id: str | None = None, timeout: float = 5.0
+) -> list[StreamEvent]:
+    """Everything but heartbeats, up to and including END."""
+    out: list[StreamEvent] = []
+    async with asyncio.timeout(timeout):
+        async with aclosing(bridge.subscribe(run_id, last_event_id=last_event_id)) as items:
+            async for item in items:
+                if item.kind is not EventKind.heartbeat:
+                    out.append(item)
+    assert out and out[-1].kind is EventKind.end, "END must come last"
+    return out
+
+
+def seqs(items: list[StreamEvent]) -> list[int]:
+    return [item.seq for item in items if item.kind is EventKind.data]
+
+
+def gaps(items: list[StreamEvent]) -> list[dict[str, int]]:
+    return [item.data for item in items if item.kind is EventKind.gap]
+
+
+async def publish_n(bridge: StreamBridge, run_id: str, n: int) -> list[StreamEvent]:
+    return [await bridge.publish(run_id, "values", {"i": i}) for i in range(n)]
+
+
+async def test_ids_unique_increasing_and_parseable(bridge: StreamBridge) -> None:
+    published = await publish_n(bridge, "r", 10)
+    assert [e.seq for e in published] == list(range(1, 11))
+    assert len({e.id for e in published}) == 10
+    for event in published:
+        assert re.fullmatch(r"[0-9]+-[0-9]+", event.id)  # a valid Redis stream id
+        assert parse_event_id(event.id) == event.seq
+        assert event.kind is EventKind.data
+
+
+async def test_data_round_trips_as_json_on_every_backend(bridge: StreamBridge) -> None:
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    sent = await bridge.publish("r", "custom", {"t": (1, 2), "at": when, "s": "é"})
+    await bridge.publish_end("r")
+    expected = {"t": [1, 2], "at": str(when), "s": "é"}
+    assert sent.data == expected
+    assert (await drain(bridge, "r"))[0].data == expected
+
+
+async def test_reserved_event_names_are_refused(bridge: StreamBridge) -> None:
+    for name in (END_EVENT, GAP_EVENT, HEARTBEAT_EVENT, ""):
+        with pytest.raises(ValueError):
+            await bridge.publish("r", name, None)
+
+
+async def test_replay_strictly_after_last_event_id(bridge: StreamBridge) -> None:
+    published = await publish_n(bridge, "r", 5)
+    await bridge.publish_end("r")
+    assert seqs(await drain(bridge, "r", published[1].id)) == [3, 4, 5]
+    assert seqs(await drain(bridge, "r", "4")) == [5]
+    assert seqs(await drain(bridge, "r", published[-1].id)) == []
+
+
+@pytest.mark.parametrize("start", [None, "-1", "-", "0-0", "0"])
+async def test_start_aliases_replay_everything(bridge: StreamBridge, start: str | None) -> None:
+    await publish_n(bridge, "r", 4)
+    await bridge.publish_end("r")
+    items = await drain(bridge, "r", start)
+    assert seqs(items) == [1, 2, 3, 4] and not gaps(items)
+
+
+async def test_live_only_sees_only_later_events(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 3)
+    async with aclosing(bridge.subscribe("r", last_event_id=LIVE)) as items:
+        assert (await anext(items)).kind is EventKind.heartbeat  # joined, nothing new
+        await publish_n(bridge, "r", 2)
+        await bridge.publish_end("r")
+        rest = [item async for item in items if item.kind is not EventKind.heartbeat]
+    assert seqs(rest) == [4, 5] and rest[-1].kind is EventKind.end
+
+
+async def test_live_only_on_ended_stream_ends_at_once(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(heartbeat_s=30)
+    await publish_n(bridge, "r", 3)
+    await bridge.publish_end("r")
+    async with asyncio.timeout(1), aclosing(bridge.subscribe("r", last_event_id=LIVE)) as items:
+        assert [item.event async for item in items] == [END_EVENT]
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "1-1", "-2", " 1", "1-", "1-0-0", "1.5", "$$", "\u0661", "9" * 30, "0x1"]
+)
+async def test_malformed_id_raises_before_iterating(bridge: StreamBridge, bad: str) -> None:
+    with pytest.raises(InvalidEventId):
+        bridge.subscribe("r", last_event_id=bad)
+    assert issubclass(InvalidEventId, ValueError)
+
+
+async def test_cursor_older_than_retention_yields_one_gap(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(retention=5)
+    await publish_n(bridge, "r", 12)
+    await bridge.publish_end("r")
+    items = await drain(bridge, "r", "3-0")
+    assert items[0].kind is EventKind.gap and items[0].id == "" and items[0].event == GAP_EVENT
+    assert gaps(items) == [{"requested_after": 3, "resumed_at": 8, "missed": 4}]
+    assert seqs(items) == [8, 9, 10, 11, 12]
+    from_start = await drain(bridge, "r")
+    assert gaps(from_start) == [{"requested_after": 0, "resumed_at": 8, "missed": 7}]
+    assert seqs(from_start) == [8, 9, 10, 11, 12]
+    just_before = await drain(bridge, "r", "7")  # nothing missed: no gap
+    assert not gaps(just_before) and seqs(just_before) == [8, 9, 10, 11, 12]
+
+
+async def test_slow_subscriber_overtaken_by_trimming_gets_gap(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(retention=4)
+    await publish_n(bridge, "r", 1)
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).seq == 1
+        await publish_n(bridge, "r", 9)  # seqs 2..10; only 7..10 stay retained
+        await bridge.publish_end("r")
+        rest = [item async for item in items if item.kind is not EventKind.heartbeat]
+    assert gaps(rest) == [{"requested_after": 1, "resumed_at": 7, "missed": 5}]
+    assert rest[0].kind is EventKind.gap
+    assert seqs(rest) == [7, 8, 9, 10] and rest[-1].kind is EventKind.end
+
+
+async def test_end_is_last_and_late_subscribers_get_retained_then_end(
+    make_bridge: MakeBridge,
+) -> None:
+    bridge = make_bridge(heartbeat_s=30)  # a late subscriber must not wait for a heartbeat
+    early = asyncio.create_task(drain(bridge, "r"))
+    await publish_n(bridge, "r", 3)
+    await bridge.publish_end("r")
+    await bridge.publish_end("r")  # idempotent
+    for items in (await early, await drain(bridge, "r", timeout=1)):
+        assert seqs(items) == [1, 2, 3]
+        assert [item.kind for item in items].count(EventKind.end) == 1
+        assert items[-1].event == END_EVENT and items[-1].id == "" and items[-1].seq == 3
+
+
+async def test_end_on_unpublished_run(bridge: StreamBridge) -> None:
+    await bridge.publish_end("r")
+    assert await bridge.exists("r")
+    assert [item.event for item in await drain(bridge, "r")] == [END_EVENT]
+
+
+async def test_publish_after_end_raises(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 2)
+    await bridge.publish_end("r")
+    with pytest.raises(StreamClosed):
+        await bridge.publish("r", "values", {})
+    assert seqs(await drain(bridge, "r")) == [1, 2]
+
+
+async def test_heartbeat_when_idle(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 1)
+    async with aclosing(bridge.subscribe("r", heartbeat_s=HB)) as items:
+        assert (await anext(items)).seq == 1
+        for _ in range(3):
+            started = time.monotonic()
+            beat = await asyncio.wait_for(anext(items), 2)
+            assert beat.kind is EventKind.heartbeat and beat.event == HEARTBEAT_EVENT
+            assert beat.id == "" and beat.seq == 1
+            assert time.monotonic() - started < 1.0  # 20x the interval: slack for loaded CI
+        await bridge.publish("r", "values", {})
+        assert (await asyncio.wait_for(anext(items), 1)).seq == 2
+
+
+async def test_retention_bound(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(retention=5)
+    await publish_n(bridge, "r", 20)
+    await bridge.publish_end("r")  # END never costs an event
+    items = await drain(bridge, "r")
+    assert seqs(items) == [16, 17, 18, 19, 20]
+
+
+async def test_cursor_beyond_last_published_is_caught_up(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 3)
+    async with aclosing(bridge.subscribe("r", last_event_id="10-0")) as items:
+        assert (await anext(items)).kind is EventKind.heartbeat
+        await publish_n(bridge, "r", 1)
+        await bridge.publish_end("r")
+        rest = [item async for item in items if item.kind is not EventKind.heartbeat]
+    assert seqs(rest) == [4] and not gaps(rest)
+
+
+async def test_ttl_removes_ended_and_abandoned_streams(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(ttl_s=0.2)
+    await publish_n(bridge, "ended", 2)
+    await bridge.publish_end("ended")
+    await publish_n(bridge, "abandoned", 2)
+    assert await bridge.exists("ended") and await bridge.exists("abandoned")
+    await asyncio.sleep(0.4)
+    assert not await bridge.exists("ended")
+    assert not await bridge.exists("abandoned")
+
+
+async def test_subscribing_does_not_create_a_stream(bridge: StreamBridge) -> None:
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).kind is EventKind.heartbeat
+        assert not await bridge.exists("r")
+        await publish_n(bridge, "r", 1)
+        assert (await asyncio.wait_for(anext(items), 1)).seq == 1
+    assert await bridge.exists("r")
+
+
+async def test_delete_removes_stream_and_fails_its_subscribers(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 1)
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).seq == 1
+        await bridge.delete("r")
+        assert not await bridge.exists("r")
+        with pytest.raises(StreamGone):
+            async with asyncio.timeout(2):
+                async for _ in items:
+                    pass
+
+
+async def test_idle_subscriber_of_expired_stream_is_told(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(ttl_s=0.2)
+    await publish_n(bridge, "r", 1)
+    with pytest.raises(StreamGone):
+        async with asyncio.timeout(2):
+            async for _ in bridge.subscribe("r"):
+                pass  # event 1, then heartbeats until the abandoned stream expires
+
+
+async def test_concurrent_publishers_and_subscribers(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(retention=1000)
+    per_publisher = 30
+
+    async def publisher(p: int) -> None:
+        for n in range(per_publisher):
+            await bridge.publish("r", f"p{p}", {"p": p, "n": n})
+
+    subscribers = [asyncio.create_task(drain(bridge, "r", timeout=10)) for _ in range(20)]
+    await asyncio.gather(*(publisher(p) for p in range(3)))
+    await bridge.publish_end("r")
+    results = await asyncio.gather(*subscribers)
+    total = 3 * per_publisher
+    for items in results:
+        assert seqs(items) == list(range(1, total + 1)) and not gaps(items)
+        assert len({item.id for item in items if item.kind is EventKind.data}) == total
+        for p in range(3):
+            assert [i.data["n"] for i in items if i.event == f"p{p}"] == list(range(per_publisher))
+    assert all(items == results[0] for items in results)
+
+
+def test_cross_process_flag(bridge: StreamBridge) -> None:
+    assert bridge.cross_process is isinstance(bridge, RedisStreamBridge)
