@@ -1,0 +1,41 @@
+"""The built-in workspace tools an agent gets, and how a run picks among them.
+
+Tools are shared, stateless objects: everything run-specific (workspace, limits, change ledger,
+process registry) reaches them through the trusted :class:`~agentkeel.harness.context.RunContext`
+that LangGraph injects as ``runtime.context``, so an agent graph must be compiled with
+``context_schema=RunContext`` and invoked with ``context=RunContext(...)``.
+"""
+
+from __future__ import annotations
+
+from langchain_core.tools import BaseTool
+
+from agentkeel.harness.tools.files import READ_FILE, STR_REPLACE, WRITE_FILE
+from agentkeel.harness.tools.search import GLOB, GREP, LS
+from agentkeel.harness.tools.shell import BASH
+
+_TOOLS: dict[str, BaseTool] = {
+    tool.name: tool for tool in (READ_FILE, WRITE_FILE, STR_REPLACE, LS, GLOB, GREP, BASH)
+}
+
+WORKSPACE_TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
+"""Names of the built-in workspace tools, in the order :func:`build_tools` returns them."""
+
+
+def build_tools(bash_enabled: bool, names: list[str] | None = None) -> list[BaseTool]:
+    """The workspace tools for an agent: all of them, or those in ``names``.
+
+    ``bash`` is left out unless ``bash_enabled``, even when ``names`` asks for it, so a tool list
+    written for one deployment cannot switch shell access on in another. Unknown names are a
+    configuration error.
+    """
+    wanted = list(WORKSPACE_TOOL_NAMES) if names is None else names
+    unknown = sorted(set(wanted) - set(_TOOLS))
+    if unknown:
+        raise ValueError(
+            f"unknown tool name(s) {', '.join(unknown)}; "
+            f"built-in: {', '.join(WORKSPACE_TOOL_NAMES)}"
+        )
+    return [
+        tool for name, tool in _TOOLS.items() if name in wanted and (bash_enabled or name != "bash")
+    ]

@@ -1,0 +1,91 @@
+"""What every workspace tool shares: the trusted context, error reporting, change reporting.
+
+Errors are reported one way only: the tool raises :class:`ToolException` and is built with
+``handle_tool_error=True``, so the model receives a ``ToolMessage`` with ``status="error"`` and a
+one-line message. Host paths never appear in those messages; the model only knows ``/workspace``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, TypeAlias
+
+from langchain.tools import ToolRuntime
+from langchain_core.tools import StructuredTool, ToolException
+
+from agentkeel.harness.context import RunContext
+from agentkeel.sandbox.workspace import PathOutsideWorkspace, Workspace
+
+Runtime: TypeAlias = ToolRuntime[Any, Any]
+"""How tools declare their injected runtime.
+
+The context is typed ``Any`` on purpose: LangChain builds a pydantic model from the tool signature,
+and a bare ``ToolRuntime`` makes pydantic expect ``context=None`` (warning on every call) while
+``ToolRuntime[RunContext, ...]`` makes it try to build a validator for RunContext's protocol
+fields. :func:`run_context` checks the type instead.
+"""
+
+
+def run_context(runtime: Runtime) -> RunContext:
+    """The run's trusted context (a graph without ``context_schema=RunContext`` is a bug)."""
+    ctx = runtime.context
+    if not isinstance(ctx, RunContext):
+        raise ToolException("internal error: this tool was invoked without a run context")
+    return ctx
+
+
+def workspace(runtime: Runtime) -> Workspace:
+    return Workspace(run_context(runtime).workspace_root)
+
+
+def report_touch(runtime: Runtime, virtual_path: str, tool_name: str) -> None:
+    """Tell the run's change ledger that this tool call changed ``virtual_path``."""
+    touches = run_context(runtime).touches
+    if touches is not None:
+        touches.touched(virtual_path, runtime.tool_call_id, tool_name)
+
+
+@contextmanager
+def tool_errors(virtual_path: str) -> Iterator[None]:
+    """Turn path and filesystem failures into tool errors that name the virtual path only."""
+    try:
+        yield
+    except PathOutsideWorkspace as exc:
+        raise ToolException(str(exc)) from None
+    except FileNotFoundError:
+        raise ToolException(f"{virtual_path}: no such file or directory") from None
+    except IsADirectoryError:
+        raise ToolException(f"{virtual_path}: is a directory") from None
+    except NotADirectoryError:
+        raise ToolException(f"{virtual_path}: a parent of this path is not a directory") from None
+    except UnicodeDecodeError:
+        raise ToolException(f"{virtual_path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ToolException(f"{virtual_path}: {exc.strerror or type(exc).__name__}") from None
+    except ValueError as exc:
+        raise ToolException(f"{virtual_path!r}: {exc}") from None
+
+
+def make_tool(
+    func: Callable[..., Any],
+    name: str,
+    response_format: Literal["content", "content_and_artifact"] = "content",
+) -> StructuredTool:
+    """A LangChain tool whose model-facing description and argument docs come from ``func``'s
+    Google-style docstring, with tool errors reported to the model instead of raised."""
+    is_async = inspect.iscoroutinefunction(func)
+    return StructuredTool.from_function(
+        func=None if is_async else func,
+        coroutine=func if is_async else None,
+        name=name,
+        parse_docstring=True,
+        response_format=response_format,
+        handle_tool_error=True,
+    )
+
+
+def is_binary(data: bytes) -> bool:
+    """Whether file content looks binary (a NUL byte early on), as text tools should not show it."""
+    return b"\0" in data[:8192]
