@@ -84,17 +84,17 @@ class KeelConfig(_Strict):
         names = [m.name for m in self.models]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ConfigError(f"models: duplicate model name(s) {duplicates}")
+            raise ValueError(f"models: duplicate model name(s) {duplicates}")
         if not any(a.assistant_id == "lead" for a in self.assistants):
             self.assistants = [AssistantConfig(assistant_id="lead"), *self.assistants]
         for index, assistant in enumerate(self.assistants):
             if assistant.model is not None and assistant.model not in names:
-                raise ConfigError(
+                raise ValueError(
                     f"assistants.{index}.model: {assistant.model!r} is not in models {names}"
                 )
         clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
         if clash:
-            raise ConfigError(f"graphs: name(s) {clash} clash with an assistant_id")
+            raise ValueError(f"graphs: name(s) {clash} clash with an assistant_id")
 
     # -- derived ---------------------------------------------------------------------------
     def resolve_path(self, value: str | Path) -> Path:
@@ -129,8 +129,9 @@ class ConfigError(ValueError):
 def _format(error: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "<root>"
-        lines.append(f"  {path}: {item['msg']}")
+        path = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {message}" if path else f"  {message}")
     return "\n".join(lines)
 
 

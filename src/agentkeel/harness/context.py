@@ -37,4 +37,6 @@ class RunContext:
     bash_output_cap: int = 32_000
     touches: FileTouchRecorder | None = None
     processes: ProcessRegistry | None = None
+    # The run's single stop-reason writer (``harness.stop_reasons.StopReasonCollector``).
+    stop_reasons: Any = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,3 @@
+from agentkeel.cli.main import main
+
+main()

@@ -1,0 +1,161 @@
+"""The ``keel`` command: run, demo, runs list|show."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentkeel.cli.render import progress_lines, render_ledger
+from agentkeel.config import ConfigError, KeelConfig, load_config
+from agentkeel.runtime.ledger import build_ledger
+from agentkeel.runtime.observe import observe
+from agentkeel.runtime.records import ConflictError, RunStatus
+from agentkeel.runtime.requests import RequestError, RunRequest
+from agentkeel.runtime.runtime import Runtime, open_runtime
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="AgentKeel: owned, bounded, observable runs.")
+runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs and their ledgers.")
+app.add_typer(runs_app, name="runs")
+console = Console()
+err = Console(stderr=True)
+
+DEMO_PROMPT = (
+    "Research how long-running agent runtimes stay safe (budgets, loop guards, checkpoints) and "
+    "write a short report to /workspace/outputs/report.md with sources and a summary."
+)
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file ($AGENTKEEL_CONFIG).")]
+
+
+def _config(path: Path | None) -> KeelConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+
+
+async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[Any, dict[str, Any]]:
+    record = await rt.manager.create(request)
+    (err if quiet else console).print(f"[dim]run {record.run_id} on thread {record.thread_id} — admitted ({record.status.value})[/]")
+    async for event in observe(rt, record.run_id, last_event_id="-1"):
+        if not quiet:
+            for line in progress_lines(event.event, event.data):
+                console.print(line)
+    final = await rt.manager.wait(record.run_id)
+    assert final is not None
+    return final, await build_ledger(final, rt.journal, rt.checkpointer)
+
+
+def _execute(config: KeelConfig, request: RunRequest, *, quiet: bool = False, as_json: bool = False) -> int:
+    async def main() -> int:
+        async with open_runtime(config) as rt:
+            try:
+                final, ledger = await _run_one(rt, request, quiet=quiet or as_json)
+            except (RequestError, ConflictError) as exc:
+                err.print(f"[red]run refused:[/] {exc}")
+                return 2
+        if as_json:
+            print(json.dumps(ledger, indent=2, default=str))
+        else:
+            render_ledger(console, ledger)
+        return 0 if final.status == RunStatus.success else 1
+
+    return asyncio.run(main())
+
+
+@app.command()
+def run(
+    prompt: Annotated[str, typer.Argument(help="What the agent should do.")],
+    config: ConfigOpt = None,
+    model: Annotated[str | None, typer.Option(help="A model name from the config's allowlist.")] = None,
+    thread: Annotated[str | None, typer.Option(help="Continue this thread (default: a new one).")] = None,
+    assistant: Annotated[str, typer.Option(help="Assistant or graph name.")] = "lead",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
+) -> None:
+    """One run in-process, streamed to the terminal; exit 0 on success (capped or clean)."""
+    cfg = _config(config)
+    request = RunRequest(
+        thread_id=thread or f"thread-{uuid.uuid4().hex[:12]}", assistant_id=assistant,
+        input={"messages": [{"role": "user", "content": prompt}]}, stream_mode=["updates"],
+        model_name=model,
+    )
+    raise typer.Exit(_execute(cfg, request, as_json=json_out))
+
+
+@app.command()
+def demo(config: ConfigOpt = None) -> None:
+    """A long scripted research-and-report task on the embedded default, then its ledger."""
+    cfg = _config(config)
+    console.rule("[bold]AgentKeel demo[/] — a scripted research-and-report run")
+    console.print(f"[dim]database {cfg.database_url} · stream {cfg.stream} · data {cfg.data_path}[/]")
+    request = RunRequest(
+        thread_id=f"demo-{uuid.uuid4().hex[:8]}",
+        input={"messages": [{"role": "user", "content": DEMO_PROMPT}]},
+        stream_mode=["updates"],
+    )
+    raise typer.Exit(_execute(cfg, request))
+
+
+@runs_app.command("list")
+def runs_list(
+    config: ConfigOpt = None,
+    thread: Annotated[str | None, typer.Option(help="Only this thread's runs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run records as JSON.")] = False,
+) -> None:
+    """Recent runs, newest first."""
+    cfg = _config(config)
+
+    async def main() -> list[Any]:
+        async with open_runtime(cfg) as rt:
+            return await rt.store.list_runs(thread_id=thread, limit=limit)
+
+    records = asyncio.run(main())
+    if json_out:
+        print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
+        return
+    table = Table("run_id", "thread", "assistant", "status", "stop reason", "tokens", "created")
+    table.columns[0].no_wrap = True
+    for r in records:
+        table.add_row(r.run_id, r.thread_id, r.assistant_id, r.status.value, r.stop_reason or "-",
+                      f"{r.usage.get('total_tokens', 0):,}", r.created_at.strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table if records else "no runs")
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: str,
+    config: ConfigOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
+) -> None:
+    """The ledger of one run: why it stopped, what it spent, what it changed, where it can resume."""
+    cfg = _config(config)
+
+    async def main() -> dict[str, Any] | None:
+        async with open_runtime(cfg) as rt:
+            record = await rt.store.get(run_id)
+            return None if record is None else await build_ledger(record, rt.journal, rt.checkpointer)
+
+    ledger = asyncio.run(main())
+    if ledger is None:
+        err.print(f"[red]no run {run_id!r} in {cfg.database_url}[/]")
+        raise typer.Exit(1)
+    if json_out:
+        print(json.dumps(ledger, indent=2, default=str))
+    else:
+        render_ledger(console, ledger)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,108 @@
+"""Terminal rendering with rich: live progress lines and the run ledger."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ARG_PREVIEW = 60
+
+
+def _preview(value: Any, limit: int = ARG_PREVIEW) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = text.replace("\n", "⏎")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def progress_lines(event: str, data: Any) -> list[str]:
+    """Human lines for one published stream event (``updates`` mode of an agent graph)."""
+    if event == "stop_reason":
+        return [f"[yellow]⚑ stop reason[/] [bold]{data.get('code')}[/] — {data.get('detail', '')}"]
+    if event == "error":
+        return [f"[red]✗ {data.get('error')}: {data.get('message')}[/]"]
+    if event != "updates" or not isinstance(data, dict):
+        return []
+    lines: list[str] = []
+    for node, update in data.items():
+        messages = update.get("messages", []) if isinstance(update, dict) else []
+        for message in messages if isinstance(messages, list) else []:
+            if not isinstance(message, dict):
+                continue
+            kind = message.get("type")
+            if kind == "ai":
+                for call in message.get("tool_calls") or []:
+                    args = call.get("args", {})
+                    target = args.get("path") or args.get("pattern") or args.get("command") or ""
+                    lines.append(f"[cyan]→ {call.get('name')}[/]([white]{_preview(target)}[/])")
+                if not message.get("tool_calls") and message.get("content"):
+                    lines.append(f"[green]✎ answer[/] {_preview(message['content'], 100)}")
+            elif kind == "tool":
+                mark = "[red]✗[/]" if message.get("status") == "error" else "[green]✓[/]"
+                lines.append(f"   {mark} {message.get('name')}: {_preview(message.get('content', ''), 70)}")
+            elif node not in ("model", "tools"):
+                lines.append(f"[dim]{node}[/]: {_preview(message.get('content', ''))}")
+    return lines
+
+
+def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
+    status = ledger["status"]
+    colour = {"success": "green", "error": "red", "timeout": "red", "interrupted": "yellow"}.get(status, "white")
+    quality = "clean" if ledger["clean"] else ("capped" if ledger["stop_reasons"] else status)
+    console.rule(f"[bold]Run ledger[/] {ledger['run_id']}")
+    console.print(
+        f"status [bold {colour}]{status}[/] ({quality}) · attempt {ledger['attempt']} · "
+        f"thread {ledger['thread_id']} · assistant {ledger['assistant_id']}"
+        + (f" · {ledger['duration_s']:.2f} s" if ledger["duration_s"] is not None else "")
+    )
+    if ledger["error"]:
+        console.print(f"[red]error:[/] {ledger['error']}")
+
+    console.print("\n[bold]Why did it stop?[/]")
+    if not ledger["stop_reasons"]:
+        console.print("  finished cleanly: the model gave its final answer; no guard or limit intervened")
+    for entry in ledger["stop_reasons"]:
+        primary = " [bold](primary)[/]" if entry["code"] == ledger["stop_reason"] else ""
+        console.print(f"  seq {entry['seq']:>4} {entry['code']}{primary} [{entry['class']}] from {entry['source']}: {entry['detail']}")
+
+    usage = ledger["usage"]
+    console.print("\n[bold]What did it spend?[/]")
+    console.print(
+        f"  {usage['total_tokens']:,} tokens ({usage['input_tokens']:,} in / {usage['output_tokens']:,} out) · "
+        f"{ledger['model_calls']} model calls · {sum(ledger['tool_calls'].values())} tool calls"
+        f" ({ledger['tool_errors']} failed)"
+    )
+    spend = Table(box=None, padding=(0, 2))
+    for column in ("by", "name", "input", "output", "total"):
+        spend.add_column(column, justify="right" if column in ("input", "output", "total") else "left")
+    for bucket, rows in (("caller", usage.get("by_caller", {})), ("model", usage.get("by_model", {}))):
+        for name, row in rows.items():
+            spend.add_row(bucket, name, f"{row['input_tokens']:,}", f"{row['output_tokens']:,}", f"{row['total_tokens']:,}")
+    console.print(spend)
+    if ledger["tool_calls"]:
+        console.print("  tools: " + ", ".join(f"{n}×{c}" for n, c in sorted(ledger["tool_calls"].items())))
+
+    console.print("\n[bold]Which step changed which file?[/]")
+    if not ledger["files_changed"]:
+        console.print("  no workspace file changed")
+    files = Table(box=None, padding=(0, 1))
+    for column in ("change", "file", "step (journal seq · tool)", "tool call id", "before → after"):
+        files.add_column(column, overflow="fold")
+    for change in ledger["files_changed"]:
+        step = f"#{change['tool_seq']} {change.get('tool_name')}" if change.get("tool_seq") else "(outside any tool)"
+        files.add_row(
+            change["change"], change["path"].removeprefix("/workspace/"), step,
+            change.get("tool_call_id") or "-",
+            f"{(change.get('before_sha256') or '-')[:8]} → {(change.get('after_sha256') or '-')[:8]}",
+        )
+    if ledger["files_changed"]:
+        console.print(files)
+
+    resume = ledger["resume"]
+    console.print("\n[bold]Where can it resume?[/]")
+    console.print(
+        f"  thread {resume['thread_id']} at checkpoint {resume['checkpoint_id'] or '(none)'} — "
+        f"continue with: keel run \"...\" --thread {resume['thread_id']}"
+    )

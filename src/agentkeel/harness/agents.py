@@ -1,0 +1,87 @@
+"""Building the graph a run executes: an AgentKeel assistant or a user graph.
+
+The harness owns agent building; the runtime asks for a graph by assistant id and never looks
+inside. Everything that can be checked without running is checked by ``resolve`` (before a run is
+admitted), so a request naming an unknown assistant or a model outside the allowlist leaves no run
+behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from langchain.agents import create_agent
+from langchain_core.runnables import RunnableConfig
+from langgraph.pregel import Pregel
+
+from agentkeel.config import KeelConfig
+from agentkeel.harness.context import RunContext
+from agentkeel.harness.graphs import load_graph_target, materialize_graph
+from agentkeel.harness.models import ModelLoader, ModelNotAllowed
+from agentkeel.harness.state import agent_state_schema
+from agentkeel.harness.tools import build_tools
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful agent working in the directory /workspace. Deliverables go to "
+    "/workspace/outputs. Read a file before you change it, and finish with a short summary."
+)
+
+
+class UnknownAssistant(LookupError):
+    """No assistant or graph of that id is configured."""
+
+
+@dataclass(frozen=True)
+class ResolvedAssistant:
+    assistant_id: str
+    kind: Literal["agent", "graph"]
+    model_name: str | None  # None for user graphs
+
+
+class Harness:
+    def __init__(self, config: KeelConfig, checkpoint_mode: Literal["full", "delta"] = "full") -> None:
+        self._config = config
+        self._mode = checkpoint_mode
+        self.models = ModelLoader(config)
+        # Import user graphs at start-up: a broken reference stops start-up, not the first run.
+        self._graphs = {
+            name: load_graph_target(name, ref, config.base_dir) for name, ref in config.graphs.items()
+        }
+
+    @property
+    def assistant_ids(self) -> list[str]:
+        return [a.assistant_id for a in self._config.assistants] + list(self._graphs)
+
+    def resolve(self, assistant_id: str, model_name: str | None = None) -> ResolvedAssistant:
+        if assistant_id in self._graphs:
+            if model_name is not None:
+                self.models.check(model_name)
+            return ResolvedAssistant(assistant_id, "graph", model_name)
+        assistant = self._config.assistant(assistant_id)
+        if assistant is None:
+            raise UnknownAssistant(
+                f"assistant {assistant_id!r} not found; configured: {self.assistant_ids}"
+            )
+        name = model_name or self._config.default_model_for(assistant)
+        self.models.check(name)
+        return ResolvedAssistant(assistant_id, "agent", name)
+
+    async def build(self, resolved: ResolvedAssistant, config: RunnableConfig) -> Pregel:
+        """A fresh graph for one run (fresh model state; no checkpointer attached)."""
+        if resolved.kind == "graph":
+            return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
+        assistant = self._config.assistant(resolved.assistant_id)
+        assert assistant is not None and resolved.model_name is not None
+        tools = build_tools(bash_enabled=self._config.tools.bash, names=assistant.tools)
+        return create_agent(
+            self.models.build(resolved.model_name, run_key=(config.get("metadata") or {}).get("run_id")),
+            tools,
+            system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            state_schema=agent_state_schema(self._mode),
+            context_schema=RunContext,
+            name=resolved.assistant_id,
+        )
+
+
+__all__ = ["Harness", "ModelNotAllowed", "ResolvedAssistant", "UnknownAssistant"]

@@ -1,0 +1,42 @@
+"""In-process state of a run this process owns while it executes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentkeel.runtime.records import RunRecord
+from agentkeel.runtime.requests import PreparedRun
+
+CancelAction = Literal["interrupt", "rollback"]
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    """Why a run is being stopped from outside, decided once by whoever stops it first."""
+
+    action: CancelAction
+    code: str  # stop reason code: cancelled | interrupted_by_new_run | rolled_back | client_disconnected
+    source: str  # manager | gateway | worker
+    detail: str = ""
+    # The code recorded instead when a requested rollback is refused (nothing safe to restore).
+    refused_code: str = "cancelled"
+
+
+@dataclass
+class ActiveRun:
+    record: RunRecord
+    prepared: PreparedRun
+    task: asyncio.Task[None] | None = None
+    abort: AbortRequest | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def request_abort(self, abort: AbortRequest) -> bool:
+        """Record the first abort request and cancel the task; later requests change nothing."""
+        if self.abort is not None:
+            return False
+        self.abort = abort
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        return True

@@ -1,0 +1,182 @@
+"""Run requests and everything decided about them before admission.
+
+Validation and config building happen here, *before* a run is admitted, so a request that fails
+(unknown assistant, model outside the allowlist, malformed input) leaves no run behind — DeerFlow
+validated after admission and leaked ``pending`` runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import convert_to_messages
+from langchain_core.runnables import RunnableConfig
+
+from agentkeel.config import Limits
+from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
+from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
+
+STREAM_MODES = frozenset({"values", "updates", "messages", "messages-tuple", "custom", "debug", "tasks", "checkpoints"})
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# Keys of the trusted runtime context; a caller can never set them.
+RESERVED_CONTEXT_KEYS = frozenset({"thread_id", "run_id", "user", "user_id", "attempt"})
+
+
+class RequestError(ValueError):
+    """A request that cannot become a run; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str, status: int = 422) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.status = status
+
+
+@dataclass
+class RunRequest:
+    thread_id: str
+    assistant_id: str = "lead"
+    input: Any = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    stream_mode: list[str] = field(default_factory=lambda: ["values"])
+    stream_subgraphs: bool = False
+    multitask_strategy: MultitaskStrategy = MultitaskStrategy.reject
+    on_disconnect: OnDisconnect = OnDisconnect.continue_
+    model_name: str | None = None
+    timeout_s: float | None = None
+    user: str | None = None  # the authenticated caller; never taken from the body
+
+
+@dataclass
+class PreparedRun:
+    """A validated request: what the worker needs, computed before admission."""
+
+    request: RunRequest
+    assistant: ResolvedAssistant
+    graph_input: Any
+    config: RunnableConfig
+    stream_modes: list[str]
+    caller_context: dict[str, Any]
+    timeout_s: float
+
+    def kwargs(self) -> dict[str, Any]:
+        """The request as stored on the run record (JSON-safe)."""
+        r = self.request
+        return {
+            "input": _jsonable(r.input),
+            "config": _jsonable(r.config or {}),
+            "context": _jsonable(self.caller_context),
+            "stream_mode": self.stream_modes,
+            "stream_subgraphs": r.stream_subgraphs,
+            "model_name": self.assistant.model_name,
+            "timeout_s": self.timeout_s,
+        }
+
+
+def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> PreparedRun:
+    if not _SAFE_ID.match(request.thread_id or ""):
+        raise RequestError("thread_id", "must be 1-128 characters of letters, digits, '_', '.', '-'")
+    context = _caller_context(request.context)
+    model_name = request.model_name or context.pop("model_name", None)
+    if model_name is not None and not isinstance(model_name, str):
+        raise RequestError("context.model_name", "must be a string")
+    try:
+        assistant = harness.resolve(request.assistant_id, model_name)
+    except UnknownAssistant as exc:
+        raise RequestError("assistant_id", str(exc), status=404) from None
+    except ModelNotAllowed as exc:
+        raise RequestError("context.model_name", str(exc), status=400) from None
+    modes = _stream_modes(request.stream_mode)
+    timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
+    if timeout <= 0:
+        raise RequestError("timeout_s", "must be positive")
+    return PreparedRun(
+        request=request,
+        assistant=assistant,
+        graph_input=_graph_input(request.input, assistant),
+        config=_run_config(request, limits),
+        stream_modes=modes,
+        caller_context=context,
+        timeout_s=timeout,
+    )
+
+
+def _caller_context(context: Any) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, dict):
+        raise RequestError("context", "must be an object")
+    # Dunder keys are private harness channels; identity keys are server-owned.
+    return {
+        k: v for k, v in context.items()
+        if isinstance(k, str) and not k.startswith("__") and k not in RESERVED_CONTEXT_KEYS
+    }
+
+
+def _stream_modes(modes: Any) -> list[str]:
+    if modes is None or modes == []:
+        return ["values"]
+    if isinstance(modes, str):
+        modes = [modes]
+    if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+        raise RequestError("stream_mode", "must be a string or a list of strings")
+    unknown = sorted(set(modes) - STREAM_MODES)
+    if unknown:
+        raise RequestError("stream_mode", f"unknown mode(s) {unknown}; known: {sorted(STREAM_MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def _graph_input(raw: Any, assistant: ResolvedAssistant) -> Any:
+    if raw is None:
+        return None  # continue from the thread's checkpoint
+    if isinstance(raw, str) and assistant.kind == "agent":
+        raw = {"messages": [{"role": "user", "content": raw}]}
+    if not isinstance(raw, dict):
+        raise RequestError("input", "must be an object or null")
+    if assistant.kind == "graph" or "messages" not in raw:
+        return raw
+    messages = raw["messages"]
+    if not isinstance(messages, list):
+        raise RequestError("input.messages", "must be a list")
+    converted = []
+    for index, message in enumerate(messages):
+        try:
+            converted.extend(convert_to_messages([message]))
+        except Exception as exc:  # LangChain raises several types for malformed messages
+            raise RequestError(f"input.messages[{index}]", f"invalid message: {exc}") from None
+    return {**raw, "messages": converted}
+
+
+def _run_config(request: RunRequest, limits: Limits) -> RunnableConfig:
+    raw = request.config or {}
+    if not isinstance(raw, dict):
+        raise RequestError("config", "must be an object")
+    config: dict[str, Any] = copy.deepcopy({k: v for k, v in raw.items() if k != "callbacks"})
+    configurable = config.get("configurable") or {}
+    if not isinstance(configurable, dict):
+        raise RequestError("config.configurable", "must be an object")
+    configurable = {k: v for k, v in configurable.items() if not str(k).startswith("__")}
+    configurable["thread_id"] = request.thread_id  # the addressed thread always wins
+    config["configurable"] = configurable
+    limit = config.get("recursion_limit", limits.recursion_limit)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise RequestError("config.recursion_limit", "must be a positive integer")
+    config["recursion_limit"] = min(limit, limits.max_recursion_limit)
+    metadata = config.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise RequestError("config.metadata", "must be an object")
+    if not isinstance(request.metadata, dict):
+        raise RequestError("metadata", "must be an object")
+    config["metadata"] = {**metadata, **request.metadata}
+    return config  # type: ignore[return-value]
+
+
+def _jsonable(value: Any) -> Any:
+    from agentkeel.runtime.serialization import to_jsonable
+
+    return to_jsonable(value)

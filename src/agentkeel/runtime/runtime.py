@@ -1,0 +1,72 @@
+"""Composing the control plane from a configuration, and tearing it down in the right order.
+
+One ``Runtime`` per process: stores, stream bridge, checkpointer, harness and the run manager.
+Closing drains runs first (they still need the checkpointer and stores to finalize honestly), then
+closes the checkpointer, the bridge and the stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from agentkeel.config import KeelConfig
+from agentkeel.harness.agents import Harness
+from agentkeel.runtime.bridge import StreamBridge, open_bridge
+from agentkeel.runtime.checkpoints import freeze_checkpoint_mode, open_checkpointer
+from agentkeel.runtime.manager import RunManager
+from agentkeel.runtime.stores.base import JournalStore, RunStore
+from agentkeel.runtime.stores.factory import open_stores
+from agentkeel.runtime.worker import CompletionHook, WorkerDeps
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Runtime:
+    config: KeelConfig
+    store: RunStore
+    journal: JournalStore
+    bridge: StreamBridge
+    checkpointer: BaseCheckpointSaver
+    harness: Harness
+    manager: RunManager
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    config: KeelConfig, *, completion_hooks: list[CompletionHook] | None = None, drain_s: float = 5.0
+) -> AsyncIterator[Runtime]:
+    freeze_checkpoint_mode(config.checkpoint_mode)
+    harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    limits = config.limits
+    store, journal = await open_stores(config.database_url)
+    bridge = open_bridge(
+        config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
+        heartbeat_s=limits.stream_heartbeat_s,
+    )
+    try:
+        async with open_checkpointer(config.database_url) as checkpointer:
+            deps = WorkerDeps(
+                store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
+                harness=harness, config=config, owner=worker_id(),
+                checkpoint_mode=config.checkpoint_mode, completion_hooks=list(completion_hooks or []),
+            )
+            manager = RunManager(deps, harness, limits)
+            try:
+                yield Runtime(config, store, journal, bridge, checkpointer, harness, manager)
+            finally:
+                await manager.shutdown(drain_s)
+    finally:
+        await bridge.close()
+        await journal.close()
+        await store.close()

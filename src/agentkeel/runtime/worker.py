@@ -1,0 +1,371 @@
+"""Executing one admitted run, start to END marker.
+
+The order is the contract (and ``tests/runtime/test_worker_lifecycle.py`` checks it):
+
+1. journal opened — inside the main ``try``, so even its failure ends in a terminal status and END;
+2. status ``running`` (a fenced write: only this attempt of a pending run can start);
+3. the graph is built and the materialized rollback point captured (messages and pending writes);
+   if capture fails, a later rollback is *refused* rather than restoring partial or empty history;
+4. workspace snapshot (hash, and content up to a size limit, of every file);
+5. trusted runtime context installed (thread_id, run_id, user — never from the caller);
+6. graph streamed, every chunk published;
+7. ``finally``: processes killed, journal flushed, workspace changes recorded, (rollback applied),
+   usage and stop reasons persisted in one fenced write, thread status updated, completion hooks
+   run — and the END marker published last.
+
+Finalization is shielded: a second cancel (shutdown) cannot cut it short, so a run never ends
+without its terminal status and END.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphRecursionError
+
+from agentkeel.config import KeelConfig
+from agentkeel.harness.agents import Harness
+from agentkeel.harness.context import RunContext
+from agentkeel.harness.stop_reasons import StopReasonCollector
+from agentkeel.runtime.active import ActiveRun
+from agentkeel.runtime.bridge import StreamBridge
+from agentkeel.runtime.checkpoints import (
+    RollbackUnavailable,
+    StateAccessor,
+    capture_rollback_point,
+    mark_checkpoint_mode,
+    restore_rollback_point,
+)
+from agentkeel.runtime.journal import Journal
+from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
+from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus
+from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.snapshots import (
+    ChangeTracker,
+    WorkspaceSnapshot,
+    acapture_snapshot,
+    arestore_snapshot,
+    diff_snapshots,
+    restore_snapshot,
+)
+from agentkeel.runtime.stores.base import JournalStore, RunStore
+from agentkeel.runtime.usage import UsageAccumulator
+from agentkeel.sandbox.exec import ProcessGroupRegistry
+from agentkeel.sandbox.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+CompletionHook = Callable[[RunRecord], Awaitable[None]]
+THREAD_STATUS = {
+    RunStatus.success: "idle",
+    RunStatus.interrupted: "interrupted",
+    RunStatus.error: "error",
+    RunStatus.timeout: "error",
+}
+
+
+@dataclass
+class WorkerDeps:
+    store: RunStore
+    journal_store: JournalStore
+    bridge: StreamBridge
+    checkpointer: BaseCheckpointSaver
+    harness: Harness
+    config: KeelConfig
+    owner: str
+    checkpoint_mode: str = "full"
+    completion_hooks: list[CompletionHook] = field(default_factory=list)
+
+
+@dataclass
+class _RunState:
+    """What the run accumulated, handed from the body to finalization."""
+
+    status: RunStatus = RunStatus.error
+    error: str | None = None
+    journal: Journal | None = None
+    usage: UsageAccumulator = field(default_factory=UsageAccumulator)
+    tracker: ChangeTracker = field(default_factory=ChangeTracker)
+    processes: ProcessGroupRegistry = field(default_factory=ProcessGroupRegistry)
+    snapshot: WorkspaceSnapshot | None = None
+    workspace: Workspace | None = None
+    accessor: StateAccessor | None = None
+    rollback_point: Any = None
+    rollback_error: str | None = None
+    started: bool = False
+    cancelled: bool = False
+    collector: StopReasonCollector | None = None
+
+
+async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
+    state = _RunState()
+    state.collector = StopReasonCollector(
+        next_seq=lambda: state.journal.next_seq() if state.journal else 0,
+        emit=lambda entry: _emit_stop_reason(deps, active, state, entry),
+    )
+    try:
+        await _run_body(deps, active, state)
+    except asyncio.CancelledError:
+        _uncancel()
+        state.status = RunStatus.interrupted
+        state.cancelled = True
+    except TimeoutError as exc:
+        if getattr(exc, "_agentkeel_run_timeout", False):
+            state.status = RunStatus.timeout
+            state.error = f"run exceeded its wall-clock limit of {active.prepared.timeout_s:g} s"
+            await state.collector.record(
+                "timeout", "worker", detail=state.error, data={"limit_s": active.prepared.timeout_s}
+            )
+        else:
+            await _fail(deps, active, state, exc)
+    except GraphRecursionError as exc:
+        await state.collector.record(
+            "recursion_capped", "worker", detail=str(exc),
+            data={"recursion_limit": active.prepared.config.get("recursion_limit")},
+        )
+        await _fail(deps, active, state, exc)
+    except FencedOut as exc:
+        log.warning("run %s could not start: %s", active.record.run_id, exc)
+        state.error = str(exc)
+    except Exception as exc:
+        await _fail(deps, active, state, exc)
+    finally:
+        finishing = asyncio.ensure_future(_finalize(deps, active, state))
+        while not finishing.done():
+            try:
+                await asyncio.shield(finishing)
+            except asyncio.CancelledError:
+                _uncancel()
+        finishing.result()
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        while task.cancelling():
+            task.uncancel()
+
+
+async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
+    record = active.record
+    prepared = active.prepared
+    state.journal = await Journal.open(deps.journal_store, record.run_id, record.thread_id)
+    active.record = record = await deps.store.mark_running(
+        record.run_id, record.attempt, deps.owner, record.lease_expires_at
+    )
+    state.started = True
+    state.journal.record(
+        "run.start",
+        {"assistant_id": record.assistant_id, "attempt": record.attempt, "owner": deps.owner,
+         "model": prepared.assistant.model_name, "strategy": record.multitask_strategy.value},
+    )
+    await deps.store.set_thread_status(record.thread_id, "busy")
+    await deps.bridge.publish(record.run_id, "metadata", {"run_id": record.run_id, "attempt": record.attempt})
+
+    config = mark_checkpoint_mode(dict(prepared.config), deps.checkpoint_mode)  # type: ignore[arg-type]
+    config["callbacks"] = [JournalCallbackHandler(state.journal, state.usage)]
+    config.setdefault("metadata", {}).update({"run_id": record.run_id, "assistant_id": record.assistant_id})
+    graph = (await deps.harness.build(prepared.assistant, config)).copy(
+        update={"checkpointer": deps.checkpointer}
+    )
+    state.accessor = StateAccessor(graph, deps.checkpointer)
+    try:
+        state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
+    except Exception as exc:  # fail closed: rollback is refused later, never partial
+        state.rollback_error = f"capture failed: {exc}"
+        log.warning("run %s: rollback point capture failed: %s", record.run_id, exc)
+
+    limits = deps.config.limits
+    state.workspace = Workspace.for_thread(deps.config.data_path, record.thread_id)
+    state.snapshot = await acapture_snapshot(
+        state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes
+    )
+    context = RunContext(
+        thread_id=record.thread_id,
+        run_id=record.run_id,
+        workspace_root=state.workspace.root,
+        user=prepared.request.user,
+        attempt=record.attempt,
+        bash_enabled=deps.config.tools.bash,
+        bash_timeout_s=limits.bash_timeout_s,
+        bash_output_cap=limits.bash_output_cap,
+        touches=state.tracker,
+        processes=state.processes,
+        stop_reasons=state.collector,
+        extra=prepared.caller_context,
+    )
+    await _stream(deps, active, graph, config, context)
+    state.status = RunStatus.success
+
+
+async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, context: RunContext) -> None:
+    prepared = active.prepared
+    run_id = active.record.run_id
+    modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
+    try:
+        async with asyncio.timeout(prepared.timeout_s) as deadline:
+            async for item in graph.astream(
+                prepared.graph_input, config, context=context,
+                stream_mode=modes, subgraphs=prepared.request.stream_subgraphs,
+            ):
+                namespace, mode, chunk = item if len(item) == 3 else ((), *item)
+                name = mode if not namespace else f"{mode}|{'|'.join(namespace)}"
+                await deps.bridge.publish(run_id, name, to_jsonable(chunk))
+    except TimeoutError as exc:
+        if deadline.expired():
+            exc._agentkeel_run_timeout = True  # type: ignore[attr-defined]
+        raise
+
+
+async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: BaseException) -> None:
+    state.status = RunStatus.error
+    state.error = f"{type(exc).__name__}: {exc}"
+    log.info("run %s failed: %s", active.record.run_id, state.error)
+    if state.journal:
+        state.journal.record("error", {"type": type(exc).__name__, "message": str(exc)})
+    await _publish(deps, active, "error", {"error": type(exc).__name__, "message": str(exc)})
+
+
+async def _emit_stop_reason(deps: WorkerDeps, active: ActiveRun, state: _RunState, entry: dict[str, Any]) -> None:
+    if state.journal:
+        state.journal.record("stop_reason", entry, caller=entry.get("source"), seq=entry["seq"])
+    await _publish(deps, active, "stop_reason", entry)
+
+
+async def _publish(deps: WorkerDeps, active: ActiveRun, event: str, data: Any) -> None:
+    try:
+        await deps.bridge.publish(active.record.run_id, event, data)
+    except Exception:
+        log.exception("run %s: publishing %s failed", active.record.run_id, event)
+
+
+async def _step(what: str, run_id: str, coro: Awaitable[Any]) -> Any:
+    """Run one finalization step; a failure is logged and never prevents the next ones."""
+    try:
+        return await coro
+    except Exception:
+        log.exception("run %s: finalization step %r failed", run_id, what)
+        return None
+
+
+async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
+    record = active.record
+    run_id = record.run_id
+    state.processes.kill_all()
+    journal = state.journal
+    if journal is not None:
+        await _step("journal flush", run_id, journal.flush())
+    if state.snapshot is not None and state.workspace is not None:
+        await _step("workspace changes", run_id, _record_changes(deps, state))
+    rolled_back = False
+    if active.abort is not None and active.abort.action == "rollback" and state.started:
+        rolled_back = bool(await _step("rollback", run_id, _rollback(deps, active, state)))
+    if state.cancelled:
+        await _record_cancellation(active, state, rolled_back)
+    if journal is not None:
+        journal.record("run.end", {"status": state.status.value, "error": state.error,
+                                   "usage": state.usage.as_dict(), "rolled_back": rolled_back})
+        await _step("journal close", run_id, journal.close())
+    assert state.collector is not None
+    completion = Completion(
+        status=state.status, stop_reasons=state.collector.entries,
+        usage=state.usage.as_dict(), error=state.error,
+    )
+    finished = await _step("persist completion", run_id, _persist(deps, record, completion))
+    if finished is not None:
+        active.record = finished
+        if rolled_back:
+            await _step("delete rolled-back run", run_id, deps.store.delete_run(run_id))
+        await _step("thread status", run_id, _update_thread(deps, state, finished))
+        for hook in deps.completion_hooks:
+            await _step(f"completion hook {getattr(hook, '__name__', hook)}", run_id, hook(finished))
+    await _step("END marker", run_id, deps.bridge.publish_end(run_id))
+
+
+async def _record_cancellation(active: ActiveRun, state: _RunState, rolled_back: bool) -> None:
+    assert state.collector is not None
+    abort = active.abort
+    if abort is None:  # cancelled without going through the manager (e.g. the loop shut down)
+        await state.collector.record("cancelled", "worker", detail="the run's task was cancelled")
+        return
+    code, detail = abort.code, abort.detail
+    if abort.action == "rollback" and not rolled_back:
+        # Refused: the run stays, interrupted, with its checkpoints and files as they are.
+        code = abort.refused_code
+        detail = f"{detail}; rollback refused: {state.rollback_error or 'nothing to restore from'}"
+    await state.collector.record(code, abort.source, detail=detail, data={"action": abort.action})
+
+
+async def _persist(deps: WorkerDeps, record: RunRecord, completion: Completion) -> RunRecord | None:
+    try:
+        return await deps.store.finish(record.run_id, record.attempt, completion)
+    except FencedOut as exc:
+        # A newer attempt (or an earlier terminal write) owns the result; never overwrite it.
+        log.warning("run %s attempt %s: completion refused: %s", record.run_id, record.attempt, exc)
+        return None
+
+
+async def _record_changes(deps: WorkerDeps, state: _RunState) -> None:
+    assert state.workspace is not None and state.snapshot is not None
+    limits = deps.config.limits
+    after = await acapture_snapshot(
+        state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes
+    )
+    diffs = diff_snapshots(state.snapshot, after)
+    seq_of = state.journal.seq_of_tool_call if state.journal else (lambda _call_id: None)
+    for change in state.tracker.attribute(diffs, seq_of):
+        if state.journal:
+            state.journal.record("file.changed", change, caller="worker")
+
+
+async def _rollback(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> bool:
+    """Undo the run's checkpoints and workspace changes; refuse rather than restore partially."""
+    reason = None
+    if state.rollback_point is None or state.accessor is None or state.snapshot is None or state.workspace is None:
+        reason = state.rollback_error or "the run was stopped before its rollback point was complete"
+    else:
+        # Files whose content was too large to keep cannot be put back: refuse the whole rollback
+        # (checkpoints included) rather than leave the workspace half-restored.
+        preview = await asyncio.to_thread(
+            restore_snapshot, state.workspace.root, state.snapshot, dry_run=True
+        )
+        if not preview.complete:
+            reason = f"workspace files not restorable: {sorted(preview.unrestorable)}"
+    if reason is None:
+        try:
+            await restore_rollback_point(state.accessor, state.rollback_point)
+        except RollbackUnavailable as exc:
+            reason = str(exc)
+    if reason is not None:
+        state.rollback_error = reason
+        _intervention(state, "rollback_refused", reason)
+        return False
+    assert state.workspace is not None and state.snapshot is not None
+    report = await arestore_snapshot(state.workspace.root, state.snapshot)
+    _intervention(
+        state, "rolled_back",
+        f"restored {len(report.restored)} file(s), deleted {len(report.deleted)}",
+    )
+    return True
+
+
+def _intervention(state: _RunState, action: str, detail: str) -> None:
+    if state.journal:
+        state.journal.record("intervention", {"middleware": "worker", "action": action, "detail": detail}, caller="worker")
+
+
+async def _update_thread(deps: WorkerDeps, state: _RunState, record: RunRecord) -> None:
+    status = THREAD_STATUS.get(record.status, "idle")
+    if record.status == RunStatus.success and state.accessor is not None:
+        snapshot = await state.accessor.aget(record.thread_id)
+        if snapshot is not None and any(task.interrupts for task in snapshot.tasks):
+            status = "interrupted"
+    await deps.store.set_thread_status(record.thread_id, status)
+
+
+__all__ = ["WorkerDeps", "execute_run"]

@@ -1,0 +1,70 @@
+"""The `keel` command as a user meets it: a real process, real SQLite, exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KEEL = [sys.executable, "-m", "agentkeel.cli"]
+
+
+def keel(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKEEL_")}
+    full_env.update({"COLUMNS": "160", "NO_COLOR": "1", **(env or {})})
+    return subprocess.run([*KEEL, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def test_demo_runs_to_a_clean_ledger_and_runs_show_reads_it_back(workdir: Path) -> None:
+    demo = keel("demo", cwd=workdir)
+    assert demo.returncode == 0, demo.stderr
+    for heading in ("Why did it stop?", "What did it spend?", "Which step changed which file?", "Where can it resume?"):
+        assert heading in demo.stdout
+    assert "success" in demo.stdout and "outputs/report.md" in demo.stdout
+    assert (workdir / ".agentkeel" / "keel.db").is_file()
+
+    listed = keel("runs", "list", "--json", cwd=workdir)
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)
+    assert [r["status"] for r in runs] == ["success"]
+    run_id = runs[0]["run_id"]
+    shown = keel("runs", "show", run_id, "--json", cwd=workdir)
+    assert shown.returncode == 0, shown.stderr
+    ledger = json.loads(shown.stdout)
+    assert ledger["run_id"] == run_id and ledger["status"] == "success" and ledger["clean"] is True
+    assert ledger["usage"]["total_tokens"] > 0 and ledger["model_calls"] > 10
+    report = next(c for c in ledger["files_changed"] if c["path"] == "/workspace/outputs/report.md")
+    assert report["tool_call_id"] and report["tool_seq"] > 0 and report["after_sha256"]
+    workspace = workdir / ".agentkeel" / "threads" / ledger["thread_id"] / "workspace"
+    assert "Recommendation" in (workspace / "outputs" / "report.md").read_text()
+
+
+def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledger(workdir: Path) -> None:
+    (workdir / "fail.yaml").write_text("agents:\n  lead:\n    - raise: {kind: server_error, message: boom}\n")
+    (workdir / "keel.yaml").write_text("models: [{name: failing, use: scripted, script: fail.yaml}]\n")
+    result = keel("run", "hello", "--config", "keel.yaml", "--json", cwd=workdir)
+    assert result.returncode == 1
+    ledger = json.loads(result.stdout)
+    assert ledger["status"] == "error" and "boom" in ledger["error"]
+
+
+def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> None:
+    (workdir / "bad.yaml").write_text("limits: {run_timeout_s: soon}\n")
+    bad_config = keel("run", "hi", "--config", "bad.yaml", cwd=workdir)
+    assert bad_config.returncode == 2 and "limits.run_timeout_s" in bad_config.stderr
+    assert "Traceback" not in bad_config.stderr
+
+    bad_model = keel("run", "hi", "--model", "nope", cwd=workdir)
+    assert bad_model.returncode == 2 and "allowlist" in bad_model.stderr and "Traceback" not in bad_model.stderr
+
+    missing = keel("runs", "show", "no-such-run", cwd=workdir)
+    assert missing.returncode == 1 and "no run" in missing.stderr
