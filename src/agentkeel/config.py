@@ -57,7 +57,6 @@ class Limits(_Strict):
     stream_retention: Annotated[int, Field(ge=1)] = 10_000
     stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
     stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
-    max_tracked_runs: Annotated[int, Field(ge=1)] = 1000
 
 
 class ToolsConfig(_Strict):

@@ -35,6 +35,7 @@ from agentkeel.harness.stop_reasons import StopReasonCollector
 from agentkeel.runtime.active import ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.checkpoints import (
+    CheckpointModeError,
     RollbackUnavailable,
     StateAccessor,
     capture_rollback_point,
@@ -176,6 +177,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
         state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
+    except CheckpointModeError:
+        raise  # the thread was written in another channel mode: running it would corrupt it
     except Exception as exc:  # fail closed: rollback is refused later, never partial
         state.rollback_error = f"capture failed: {exc}"
         log.warning("run %s: rollback point capture failed: %s", record.run_id, exc)
