@@ -2,7 +2,7 @@
 
 ``RunStore`` holds run and thread records; ``JournalStore`` holds each run's ordered journal.
 Each has an in-memory implementation (unit tests, ``memory://``) and one SQL implementation that
-runs on SQLite (aiosqlite) and PostgreSQL (psycopg 3). ``tests/conformance`` holds the one suite
+runs on SQLite (aiosqlite) and PostgreSQL (psycopg 3). ``tests/runtime/test_store_conformance.py`` holds the one suite
 every implementation must pass.
 
 Why admission is a store operation: the guarantee "``reject`` admits at most one active run per

@@ -1,0 +1,334 @@
+"""The SQL run store: one implementation for SQLite and PostgreSQL.
+
+Every write after admission is a single conditional ``UPDATE`` whose ``WHERE`` names the attempt and
+the statuses it may change, so the check and the write cannot be separated by another process.
+Only when it matches nothing is the row read again, to say *why* the writer was fenced out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Executable, Select, Update, delete, func, insert, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agentkeel.runtime.records import (
+    Completion,
+    ConflictError,
+    MultitaskStrategy,
+    OnDisconnect,
+    RunRecord,
+    RunStatus,
+    ThreadRecord,
+    utcnow,
+)
+from agentkeel.runtime.stores.base import AdmitResult, RunStore
+from agentkeel.runtime.stores.common import (
+    ACTIVE_VALUES,
+    check_admissible,
+    fenced_out,
+    require_terminal,
+    require_thread_status,
+)
+from agentkeel.runtime.stores.sql_engine import SqlDatabase, is_unique_violation
+from agentkeel.runtime.stores.sql_schema import journal, runs, threads
+
+_RUN_COLUMNS = [c for c in runs.c if c.name != "queue_seq"]
+
+
+def _to_run(row: RowMapping) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        assistant_id=row["assistant_id"],
+        status=RunStatus(row["status"]),
+        attempt=row["attempt"],
+        owner=row["owner"],
+        lease_expires_at=row["lease_expires_at"],
+        multitask_strategy=MultitaskStrategy(row["multitask_strategy"]),
+        on_disconnect=OnDisconnect(row["on_disconnect"]),
+        kwargs=row["kwargs"],
+        metadata=row["metadata"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        stop_reasons=row["stop_reasons"],
+        usage=row["usage"],
+        error=row["error"],
+    )
+
+
+def _run_values(record: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "thread_id": record.thread_id,
+        "assistant_id": record.assistant_id,
+        "status": record.status.value,
+        "attempt": record.attempt,
+        "owner": record.owner,
+        "lease_expires_at": record.lease_expires_at,
+        "multitask_strategy": record.multitask_strategy.value,
+        "on_disconnect": record.on_disconnect.value,
+        "kwargs": record.kwargs,
+        "metadata": record.metadata,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "stop_reasons": record.stop_reasons,
+        "usage": record.usage,
+        "error": record.error,
+    }
+
+
+def _to_thread(row: RowMapping) -> ThreadRecord:
+    return ThreadRecord(
+        thread_id=row["thread_id"],
+        status=row["status"],
+        metadata=row["metadata"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def _one(conn: AsyncConnection, statement: Executable) -> RowMapping | None:
+    return (await conn.execute(statement)).mappings().first()
+
+
+def _run_query(run_id: str) -> Select[Any]:
+    return select(*_RUN_COLUMNS).where(runs.c.run_id == run_id)
+
+
+def _active_query(thread_id: str) -> Select[Any]:
+    return (
+        select(*_RUN_COLUMNS)
+        .where(runs.c.thread_id == thread_id, runs.c.status.in_(ACTIVE_VALUES))
+        .order_by(runs.c.queue_seq)
+    )
+
+
+def _thread_query(thread_id: str) -> Select[Any]:
+    return select(threads).where(threads.c.thread_id == thread_id)
+
+
+def _fenced_update(run_id: str, attempt: int, *statuses: str) -> Update:
+    """``UPDATE runs`` limited to this attempt of the run while it is in one of ``statuses``."""
+    return update(runs).where(
+        runs.c.run_id == run_id, runs.c.attempt == attempt, runs.c.status.in_(statuses)
+    )
+
+
+class SqlRunStore(RunStore):
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    async def setup(self) -> None:
+        await self._db.setup()
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _lock_thread(
+        self, conn: AsyncConnection, thread_id: str, now: datetime
+    ) -> RowMapping:
+        """Create the thread if missing and hold its row until the transaction ends.
+
+        This is what serialises admissions of one thread across processes on PostgreSQL; on
+        SQLite ``BEGIN IMMEDIATE`` already did, and ``FOR UPDATE`` compiles to nothing.
+        """
+        await conn.execute(
+            self._db.insert_ignoring(threads, "thread_id").values(
+                thread_id=thread_id, status="idle", metadata={}, created_at=now, updated_at=now
+            )
+        )
+        row = await _one(conn, _thread_query(thread_id).with_for_update())
+        assert row is not None  # inserted or already present, and locked: it cannot vanish
+        return row
+
+    async def _fenced(self, run_id: str, attempt: int | None, statement: Update) -> RunRecord:
+        """Run one conditional ``UPDATE``; if it matched nothing, say why and change nothing."""
+
+        async def work(conn: AsyncConnection) -> RunRecord:
+            row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+            if row is None:
+                current = await _one(conn, _run_query(run_id))
+                raise fenced_out(run_id, attempt, _to_run(current) if current else None)
+            return _to_run(row)
+
+        return await self._db.transaction(work)
+
+    # -- admission ---------------------------------------------------------------------------
+    async def admit(self, record: RunRecord) -> AdmitResult:
+        async def work(conn: AsyncConnection) -> AdmitResult:
+            now = utcnow()
+            await self._lock_thread(conn, record.thread_id, now)
+            active = [
+                _to_run(r) for r in (await conn.execute(_active_query(record.thread_id))).mappings()
+            ]
+            check_admissible(record, active)
+            queue_seq = await conn.scalar(
+                select(func.coalesce(func.max(runs.c.queue_seq), 0) + 1).where(
+                    runs.c.thread_id == record.thread_id
+                )
+            )
+            statement = insert(runs).values(**_run_values(record), queue_seq=queue_seq)
+            try:
+                row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+            except IntegrityError as exc:
+                # The thread is locked, so queue_seq is free: only the primary key can clash.
+                if is_unique_violation(exc):
+                    raise ValueError(f"run {record.run_id} already exists") from exc
+                raise
+            assert row is not None
+            await conn.execute(
+                update(threads)
+                .where(threads.c.thread_id == record.thread_id)
+                .values(updated_at=now)
+            )
+            return AdmitResult(_to_run(row), active)
+
+        return await self._db.transaction(work)
+
+    # -- fenced writes -----------------------------------------------------------------------
+    async def mark_running(
+        self, run_id: str, attempt: int, owner: str | None, lease_expires_at: datetime | None
+    ) -> RunRecord:
+        now = utcnow()
+        statement = _fenced_update(run_id, attempt, RunStatus.pending.value).values(
+            status=RunStatus.running.value,
+            owner=owner,
+            lease_expires_at=lease_expires_at,
+            started_at=now,
+            updated_at=now,
+        )
+        try:
+            return await self._fenced(run_id, attempt, statement)
+        except IntegrityError as exc:
+            if is_unique_violation(exc):  # uq_runs_thread_running
+                raise ConflictError(
+                    f"run {run_id} cannot start: another run of its thread is running"
+                ) from exc
+            raise
+
+    async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        require_terminal(completion.status)
+        now = utcnow()
+        statement = _fenced_update(run_id, attempt, *ACTIVE_VALUES).values(
+            status=completion.status.value,
+            stop_reasons=completion.stop_reasons,
+            usage=completion.usage,
+            error=completion.error,
+            ended_at=now,
+            updated_at=now,
+        )
+        return await self._fenced(run_id, attempt, statement)
+
+    async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
+        statement = _fenced_update(run_id, attempt, *ACTIVE_VALUES).values(
+            usage=usage, updated_at=utcnow()
+        )
+        return await self._db.write(statement) > 0
+
+    async def claim(self, run_id: str, owner: str, lease_expires_at: datetime | None) -> RunRecord:
+        statement = (
+            update(runs)
+            .where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_VALUES))
+            .values(
+                attempt=runs.c.attempt + 1,
+                owner=owner,
+                lease_expires_at=lease_expires_at,
+                updated_at=utcnow(),
+            )
+        )
+        return await self._fenced(run_id, None, statement)
+
+    # -- reads -------------------------------------------------------------------------------
+    async def get(self, run_id: str) -> RunRecord | None:
+        found = await self._db.rows(_run_query(run_id))
+        return _to_run(found[0]) if found else None
+
+    async def list_runs(
+        self,
+        thread_id: str | None = None,
+        statuses: list[RunStatus] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        query = select(*_RUN_COLUMNS)
+        if thread_id is not None:
+            query = query.where(runs.c.thread_id == thread_id)
+        if statuses is not None:
+            query = query.where(runs.c.status.in_([s.value for s in statuses]))
+        query = (
+            query.order_by(runs.c.created_at.desc(), runs.c.queue_seq.desc(), runs.c.run_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        return [_to_run(row) for row in await self._db.rows(query)]
+
+    async def active_runs(self, thread_id: str) -> list[RunRecord]:
+        return [_to_run(row) for row in await self._db.rows(_active_query(thread_id))]
+
+    async def delete_run(self, run_id: str) -> bool:
+        async def work(conn: AsyncConnection) -> bool:
+            await conn.execute(delete(journal).where(journal.c.run_id == run_id))
+            return (await conn.execute(delete(runs).where(runs.c.run_id == run_id))).rowcount > 0
+
+        return await self._db.transaction(work)
+
+    # -- threads -----------------------------------------------------------------------------
+    async def upsert_thread(
+        self, thread_id: str, metadata: dict[str, Any] | None = None
+    ) -> ThreadRecord:
+        """Create the thread, or merge ``metadata`` into the existing thread's."""
+
+        async def work(conn: AsyncConnection) -> ThreadRecord:
+            now = utcnow()
+            current = await self._lock_thread(conn, thread_id, now)
+            statement = (
+                update(threads)
+                .where(threads.c.thread_id == thread_id)
+                .values(metadata={**current["metadata"], **(metadata or {})}, updated_at=now)
+                .returning(threads)
+            )
+            row = await _one(conn, statement)
+            assert row is not None
+            return _to_thread(row)
+
+        return await self._db.transaction(work)
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        found = await self._db.rows(_thread_query(thread_id))
+        return _to_thread(found[0]) if found else None
+
+    async def set_thread_status(self, thread_id: str, status: str) -> None:
+        """Set the status of an existing thread; a thread deleted meanwhile stays deleted."""
+        require_thread_status(status)
+        await self._db.write(
+            update(threads)
+            .where(threads.c.thread_id == thread_id)
+            .values(status=status, updated_at=utcnow())
+        )
+
+    async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]:
+        query = (
+            select(threads)
+            .order_by(threads.c.created_at.desc(), threads.c.thread_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        return [_to_thread(row) for row in await self._db.rows(query)]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread; its runs go by ``ON DELETE CASCADE``, its journal explicitly."""
+
+        async def work(conn: AsyncConnection) -> bool:
+            await conn.execute(delete(journal).where(journal.c.thread_id == thread_id))
+            statement = delete(threads).where(threads.c.thread_id == thread_id)
+            return (await conn.execute(statement)).rowcount > 0
+
+        return await self._db.transaction(work)

@@ -1,0 +1,204 @@
+"""One SQL database shared by the run and journal stores: engine, transactions, migrations.
+
+Both dialects run on SQLAlchemy's async engine. What differs is how a transaction serialises
+admission across processes, and that is decided here once:
+
+* SQLite: every writing transaction starts with ``BEGIN IMMEDIATE``, taking the database's write
+  lock up front. A deferred ``BEGIN`` would read first and upgrade later, and two processes that
+  both read "no active run" would both insert (or one would die with ``SQLITE_BUSY`` on the
+  upgrade, which ``busy_timeout`` does not retry). Read-only transactions keep a plain ``BEGIN`` --
+  in WAL mode they never block a writer and never need the upgrade.
+* PostgreSQL: the stores lock the thread row (``SELECT ... FOR UPDATE``) inside the transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sqlite3
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Executable, Insert, Table, event, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, RowMapping, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+READ_ONLY = "agentkeel_read_only"  # execution option: open the transaction with a plain BEGIN
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+BUSY_RETRIES = 5  # after busy_timeout already waited; attempts beyond the first
+BUSY_BACKOFF_S = (0.05, 1.0)  # initial, cap; doubles per attempt, with jitter
+# An arbitrary constant key for pg_advisory_xact_lock: "run migrations one process at a time".
+PG_MIGRATION_LOCK = 0x6B65656C  # "keel"
+
+
+def async_url(database_url: str) -> URL:
+    """Map ``sqlite:///`` and ``postgresql://`` onto the async drivers this package ships with."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory SQLite database is not shared; use memory:// instead")
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+psycopg")
+    raise ValueError(f"unsupported database URL {url.render_as_string()!r}")
+
+
+def is_unique_violation(exc: BaseException) -> bool:
+    """A unique index refused the write (psycopg sqlstate 23505, or SQLite's UNIQUE/PK error)."""
+    if not isinstance(exc, IntegrityError):
+        return False
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == "23505":
+        return True
+    return getattr(orig, "sqlite_errorname", None) in (
+        "SQLITE_CONSTRAINT_UNIQUE",
+        "SQLITE_CONSTRAINT_PRIMARYKEY",
+    )
+
+
+def _is_busy(exc: BaseException) -> bool:
+    if not isinstance(exc, OperationalError):
+        return False
+    orig = exc.orig
+    if isinstance(orig, sqlite3.Error) and orig.sqlite_errorname.startswith(
+        ("SQLITE_BUSY", "SQLITE_LOCKED")
+    ):
+        return True
+    message = str(orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    """SQLAlchemy's documented recipe for taking over SQLite's ``BEGIN``, plus the pragmas."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
+        cursor = dbapi_connection.cursor()
+        # busy_timeout first: switching to WAL needs a lock another process may hold.
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _upgrade(connection: Connection, config: Config) -> None:
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+class SqlDatabase:
+    """The engine and the transaction discipline both SQL stores use."""
+
+    def __init__(self, database_url: str) -> None:
+        url = async_url(database_url)
+        self.dialect = url.get_backend_name()
+        if self.dialect == "sqlite":
+            assert url.database is not None
+            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_async_engine(url)
+            _install_sqlite_hooks(self.engine)
+        else:
+            self.engine = create_async_engine(
+                url, pool_size=5, max_overflow=10, pool_pre_ping=True, pool_recycle=1800
+            )
+        # SQLite has one writer at a time anyway. Queueing this process's writers here instead of
+        # in SQLite's busy handler (which sleeps up to 100 ms per poll) keeps a burst fast; other
+        # processes are still held off by BEGIN IMMEDIATE.
+        self._writer = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._setup_lock = asyncio.Lock()
+        self._migrated = False
+
+    async def transaction(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, read_only: bool = False
+    ) -> T:
+        """Run ``work`` in one transaction, retrying it whole while SQLite reports busy.
+
+        A busy error rolls the transaction back, so running ``work`` again is safe.
+        """
+        delay, cap = BUSY_BACKOFF_S
+        attempt = 0
+        while True:
+            try:
+                async with self._serialised(read_only), self.engine.connect() as conn:
+                    if read_only:
+                        await conn.execution_options(**{READ_ONLY: True})
+                    async with conn.begin():
+                        return await work(conn)
+            except DBAPIError as exc:
+                if attempt == BUSY_RETRIES or not _is_busy(exc):
+                    raise
+                attempt += 1
+                log.warning("database busy (attempt %d), retrying: %s", attempt, exc.orig)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, cap)
+
+    async def rows(self, query: Executable) -> list[RowMapping]:
+        """All rows of one read, in a read-only transaction."""
+
+        async def work(conn: AsyncConnection) -> list[RowMapping]:
+            return list((await conn.execute(query)).mappings())
+
+        return await self.transaction(work, read_only=True)
+
+    async def write(self, statement: Executable, rows: list[dict[str, Any]] | None = None) -> int:
+        """One write statement (executed for each of ``rows`` if given); the rows it matched."""
+
+        async def work(conn: AsyncConnection) -> int:
+            return (await conn.execute(statement, rows)).rowcount
+
+        return await self.transaction(work)
+
+    def _serialised(self, read_only: bool) -> AbstractAsyncContextManager[object]:
+        return self._writer if self._writer is not None and not read_only else nullcontext()
+
+    async def setup(self) -> None:
+        """Migrate to the newest revision; idempotent, and safe when processes race on it.
+
+        On SQLite the migration transaction's ``BEGIN IMMEDIATE`` serialises the racers; on
+        PostgreSQL a transaction-scoped advisory lock does. Either way the loser then finds the
+        schema at head and does nothing.
+        """
+        async with self._setup_lock:
+            if self._migrated:
+                return
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS_DIR))
+
+            async def migrate(conn: AsyncConnection) -> None:
+                if self.dialect == "postgresql":
+                    await conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
+                    )
+                await conn.run_sync(_upgrade, config)
+
+            await self.transaction(migrate)
+            self._migrated = True
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    def insert_ignoring(self, table: Table, *keys: str) -> Insert:
+        """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in this database's dialect."""
+        insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        return insert(table).on_conflict_do_nothing(index_elements=list(keys))

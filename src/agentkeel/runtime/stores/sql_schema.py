@@ -1,0 +1,120 @@
+"""The SQL tables as SQLAlchemy Core objects, for building queries.
+
+The schema itself is created by the alembic migrations in ``migrations/versions`` (which stay frozen
+as history); this module must describe the schema the newest revision produces.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.stores.common import as_utc
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A tz-aware UTC datetime on both dialects.
+
+    SQLite's ``DATETIME`` drops the offset on write and returns naive values; converting to UTC on
+    the way in and tagging UTC on the way out makes both dialects hand back equal values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return as_utc(value)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return as_utc(value)
+
+
+# JSONB on PostgreSQL: binary storage and equality; plain JSON text elsewhere.
+Json: Any = JSON().with_variant(JSONB(), "postgresql")
+
+RUN_STATUS_SQL = ", ".join(f"'{s.value}'" for s in RunStatus)
+RUNNING_ONLY = "status = 'running'"
+
+metadata = MetaData()
+
+threads = Table(
+    "threads",
+    metadata,
+    Column("thread_id", String, primary_key=True),
+    Column("status", String, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String, primary_key=True),
+    Column(
+        "thread_id",
+        String,
+        ForeignKey("threads.thread_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("assistant_id", String, nullable=False),
+    Column("status", String, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("owner", String),
+    Column("lease_expires_at", UtcDateTime),
+    Column("multitask_strategy", String, nullable=False),
+    Column("on_disconnect", String, nullable=False),
+    Column("kwargs", Json, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("stop_reasons", Json, nullable=False),
+    Column("usage", Json, nullable=False),
+    Column("error", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime),
+    Column("ended_at", UtcDateTime),
+    Column("queue_seq", Integer, nullable=False),
+    CheckConstraint(f"status IN ({RUN_STATUS_SQL})", name="ck_runs_status"),
+    Index("ix_runs_thread_status", "thread_id", "status"),
+    Index("uq_runs_thread_queue_seq", "thread_id", "queue_seq", unique=True),
+    # The database itself guarantees at most one running run per thread, whatever the caller does.
+    Index(
+        "uq_runs_thread_running",
+        "thread_id",
+        unique=True,
+        sqlite_where=text(RUNNING_ONLY),
+        postgresql_where=text(RUNNING_ONLY),
+    ),
+)
+
+journal = Table(
+    "journal",
+    metadata,
+    Column("run_id", String, primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("thread_id", String, nullable=False),
+    Column("kind", String, nullable=False),
+    Column("caller", String),
+    Column("data", Json, nullable=False),
+    Column("ts", UtcDateTime, nullable=False),
+    Index("ix_journal_thread", "thread_id"),
+)

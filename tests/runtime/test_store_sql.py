@@ -1,0 +1,219 @@
+"""What only the SQL stores have: migrations, the database-enforced invariants, SQLite's locking."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agentkeel.runtime.records import MultitaskStrategy, RunRecord, new_run_id
+from agentkeel.runtime.stores import sql_engine
+from agentkeel.runtime.stores.factory import open_stores
+from agentkeel.runtime.stores.memory import MemoryRunStore
+from agentkeel.runtime.stores.sql import SqlRunStore
+from agentkeel.runtime.stores.sql_engine import SqlDatabase, async_url
+from agentkeel.runtime.stores.sql_schema import metadata
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each SQL dialect."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/keel.db"
+    return str(request.getfixturevalue("fresh_pg_url"))
+
+
+@pytest.fixture
+async def db(sql_url: str) -> AsyncIterator[SqlDatabase]:
+    database = SqlDatabase(sql_url)
+    await database.setup()
+    yield database
+    await database.close()
+
+
+async def scalar(db: SqlDatabase, sql: str, **params: object) -> object:
+    async def work(conn: AsyncConnection) -> object:
+        return await conn.scalar(text(sql), params)
+
+    return await db.transaction(work)
+
+
+def _schema_diff(conn: Connection) -> list[object]:
+    return list(compare_metadata(MigrationContext.configure(conn), metadata))
+
+
+def _indexes(conn: Connection) -> dict[str, bool]:
+    return {str(ix["name"]): bool(ix["unique"]) for ix in inspect(conn).get_indexes("runs")}
+
+
+# -- migrations --------------------------------------------------------------------------------
+async def test_fresh_database_gets_the_schema_of_sql_schema(db: SqlDatabase) -> None:
+    assert await scalar(db, "SELECT version_num FROM alembic_version") == "0001"
+    async with db.engine.connect() as conn:
+        assert await conn.run_sync(_schema_diff) == []
+        indexes = await conn.run_sync(_indexes)
+    assert indexes == {
+        "ix_runs_thread_status": False,
+        "uq_runs_thread_queue_seq": True,
+        "uq_runs_thread_running": True,
+    }
+
+
+async def test_setup_twice_is_a_no_op_and_keeps_data(db: SqlDatabase) -> None:
+    store = SqlRunStore(db)
+    await store.upsert_thread("kept", {"k": 1})
+    await db.setup()
+    again = SqlDatabase(str(db.engine.url.render_as_string(hide_password=False)))
+    try:
+        await again.setup()
+        assert (await SqlRunStore(again).get_thread("kept")) == await store.get_thread("kept")
+    finally:
+        await again.close()
+    assert await scalar(db, "SELECT count(*) FROM alembic_version") == 1
+
+
+async def test_concurrent_setup_of_one_database(sql_url: str) -> None:
+    databases = [SqlDatabase(sql_url) for _ in range(4)]
+    try:
+        await asyncio.gather(*(d.setup() for d in databases))
+        assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0001"
+    finally:
+        await asyncio.gather(*(d.close() for d in databases))
+
+
+# -- invariants the database enforces ------------------------------------------------------------
+async def test_unique_index_refuses_a_second_running_run_behind_the_stores_back(
+    db: SqlDatabase,
+) -> None:
+    store = SqlRunStore(db)
+    first = RunRecord(new_run_id(), "t", "lead")
+    second = RunRecord(new_run_id(), "t", "lead", multitask_strategy=MultitaskStrategy.enqueue)
+    await store.admit(first)
+    await store.admit(second)
+    await store.mark_running(first.run_id, 1, "w", None)
+
+    async def bypass(conn: AsyncConnection) -> None:
+        await conn.execute(
+            text("UPDATE runs SET status = 'running' WHERE run_id = :id"), {"id": second.run_id}
+        )
+
+    with pytest.raises(IntegrityError):
+        await db.transaction(bypass)
+    assert await scalar(db, "SELECT count(*) FROM runs WHERE status = 'running'") == 1
+    # ... while any number of pending runs per thread is fine.
+    assert await scalar(db, "SELECT count(*) FROM runs WHERE status = 'pending'") == 1
+
+
+async def test_unknown_status_is_refused_by_the_database(db: SqlDatabase) -> None:
+    store = SqlRunStore(db)
+    record = RunRecord(new_run_id(), "t", "lead")
+    await store.admit(record)
+
+    async def bypass(conn: AsyncConnection) -> None:
+        await conn.execute(
+            text("UPDATE runs SET status = 'paused' WHERE run_id = :id"), {"id": record.run_id}
+        )
+
+    with pytest.raises(IntegrityError):
+        await db.transaction(bypass)
+
+
+# -- SQLite locking ----------------------------------------------------------------------------
+def _try_write_lock(path: Path) -> bool:
+    """Whether another connection can take the write lock right now (without waiting)."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        assert "locked" in str(exc)
+        return False
+    finally:
+        conn.close()
+
+
+async def test_sqlite_writes_begin_immediate_and_reads_do_not(tmp_path: Path) -> None:
+    path = tmp_path / "keel.db"
+    db = SqlDatabase(f"sqlite:///{path}")
+    await db.setup()
+    try:
+
+        async def probe(conn: AsyncConnection) -> bool:
+            await conn.execute(text("SELECT 1"))  # a transaction that has only read so far
+            return await asyncio.to_thread(_try_write_lock, path)
+
+        assert await db.transaction(probe) is False  # the write lock was taken at BEGIN
+        assert await db.transaction(probe, read_only=True) is True
+        assert await scalar(db, "PRAGMA journal_mode") == "wal"
+        assert await scalar(db, "PRAGMA foreign_keys") == 1
+    finally:
+        await db.close()
+
+
+def _hold_write_lock(path: Path, seconds: float, held: threading.Event) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    held.set()
+    threading.Event().wait(seconds)
+    conn.execute("ROLLBACK")
+    conn.close()
+
+
+@pytest.mark.parametrize(("hold_s", "succeeds"), [(0.1, True), (1.5, False)])
+async def test_sqlite_busy_is_retried_with_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_s: float, succeeds: bool
+) -> None:
+    monkeypatch.setattr(sql_engine, "SQLITE_BUSY_TIMEOUT_MS", 20)
+    monkeypatch.setattr(sql_engine, "BUSY_BACKOFF_S", (0.02, 0.1))
+    path = tmp_path / "keel.db"
+    db = SqlDatabase(f"sqlite:///{path}")
+    await db.setup()
+    held = threading.Event()
+    holder = threading.Thread(target=_hold_write_lock, args=(path, hold_s, held))
+    holder.start()
+    try:
+        await asyncio.to_thread(held.wait)
+        store = SqlRunStore(db)
+        if succeeds:
+            assert (await store.upsert_thread("t")).thread_id == "t"
+        else:
+            with pytest.raises(OperationalError, match="locked"):
+                await store.upsert_thread("t")
+    finally:
+        await asyncio.to_thread(holder.join)
+        await db.close()
+
+
+# -- URLs ---------------------------------------------------------------------------------------
+def test_database_urls_map_to_the_async_drivers() -> None:
+    assert async_url("sqlite:///a/b.db").render_as_string() == "sqlite+aiosqlite:///a/b.db"
+    assert (
+        async_url("postgresql://u@h:5432/db").render_as_string()
+        == "postgresql+psycopg://u@h:5432/db"
+    )
+    for bad in ("sqlite://", "sqlite:///:memory:", "mysql://u@h/db"):
+        with pytest.raises(ValueError):
+            async_url(bad)
+
+
+async def test_open_stores_creates_the_sqlite_directory(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "keel.db"
+    run_store, journal = await open_stores(f"sqlite:///{path}")
+    try:
+        assert path.exists()
+        assert await run_store.list_threads() == []
+    finally:
+        await run_store.close()
+        await journal.close()
+    memory_store, _ = await open_stores("memory://")
+    assert isinstance(memory_store, MemoryRunStore)
