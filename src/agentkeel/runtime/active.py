@@ -30,6 +30,10 @@ class ActiveRun:
     prepared: PreparedRun
     task: asyncio.Task[None] | None = None
     abort: AbortRequest | None = None
+    # Set by the worker before its first await: from then on a cancel lands inside its ``try``.
+    # A task cancelled before it ever ran would skip finalization (no status, no END), so such a
+    # run is only flagged, and the worker sees the flag when it starts.
+    executing: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_abort(self, abort: AbortRequest) -> bool:
@@ -37,6 +41,6 @@ class ActiveRun:
         if self.abort is not None:
             return False
         self.abort = abort
-        if self.task is not None and not self.task.done():
+        if self.executing and self.task is not None and not self.task.done():
             self.task.cancel()
         return True

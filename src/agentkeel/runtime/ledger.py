@@ -12,8 +12,14 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from agentkeel.runtime.records import RunRecord
+from agentkeel.runtime.checkpoints import checkpoint_config
+from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.stores.base import JournalStore
+
+_RECORD_FIELDS = (
+    "run_id", "thread_id", "assistant_id", "status", "attempt",
+    "stop_reason", "stop_reasons", "error", "usage",
+)
 
 
 async def build_ledger(
@@ -28,20 +34,13 @@ async def build_ledger(
     )
     head = None
     if checkpointer is not None:
-        tup = await checkpointer.aget_tuple({"configurable": {"thread_id": record.thread_id, "checkpoint_ns": ""}})
+        tup = await checkpointer.aget_tuple(checkpoint_config(record.thread_id))
         head = tup.config["configurable"].get("checkpoint_id") if tup else None
+    fields = record.to_dict()
     return {
-        "run_id": record.run_id,
-        "thread_id": record.thread_id,
-        "assistant_id": record.assistant_id,
-        "status": record.status.value,
-        "attempt": record.attempt,
-        "clean": not record.stop_reasons and record.status.value == "success",
-        "stop_reason": record.stop_reason,
-        "stop_reasons": record.stop_reasons,
-        "error": record.error,
+        **{key: fields[key] for key in _RECORD_FIELDS},
+        "clean": not record.stop_reasons and record.status == RunStatus.success,
         "duration_s": duration,
-        "usage": record.usage,
         "model_calls": len(model_calls),
         "model_errors": sum(1 for e in events if e.kind == "model.error"),
         "tool_calls": dict(Counter(e.data.get("name", "?") for e in tool_calls)),

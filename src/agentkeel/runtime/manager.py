@@ -184,7 +184,10 @@ class RunManager:
         finally:
             self._active.pop(active.record.run_id, None)
             active.done.set()
-            await self._pump(active.record.thread_id)
+            try:
+                await self._pump(active.record.thread_id)
+            except Exception:  # the next run stays queued; the next admission or finish retries
+                log.exception("starting the next run of thread %s failed", active.record.thread_id)
 
     # -- shutdown ------------------------------------------------------------------------------
     async def shutdown(self, drain_s: float = 5.0) -> None:

@@ -109,7 +109,10 @@ async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
         next_seq=lambda: state.journal.next_seq() if state.journal else 0,
         emit=lambda entry: _emit_stop_reason(deps, active, state, entry),
     )
+    active.executing = True
     try:
+        if active.abort is not None:  # stopped between admission and start
+            raise asyncio.CancelledError
         await _run_body(deps, active, state)
     except asyncio.CancelledError:
         _uncancel()
@@ -219,6 +222,11 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
                 namespace, mode, chunk = item if len(item) == 3 else ((), *item)
                 name = mode if not namespace else f"{mode}|{'|'.join(namespace)}"
                 await deps.bridge.publish(run_id, name, to_jsonable(chunk))
+                if active.abort is not None:
+                    # The abort's task.cancel() can be lost inside a library await: on Python
+                    # 3.11 asyncio.wait_for returns the inner result instead of raising when both
+                    # finish together (redis-py wraps every socket write in it). Honour it here.
+                    raise asyncio.CancelledError
     except TimeoutError as exc:
         if deadline.expired():
             exc._agentkeel_run_timeout = True  # type: ignore[attr-defined]
@@ -266,8 +274,9 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     if state.snapshot is not None and state.workspace is not None:
         await _step("workspace changes", run_id, _record_changes(deps, state))
     rolled_back = False
-    if active.abort is not None and active.abort.action == "rollback" and state.started:
-        rolled_back = bool(await _step("rollback", run_id, _rollback(deps, active, state)))
+    if active.abort is not None and active.abort.action == "rollback":
+        # A run stopped before it started changed nothing: there is nothing to undo.
+        rolled_back = not state.started or bool(await _step("rollback", run_id, _rollback(deps, active, state)))
     if state.cancelled:
         await _record_cancellation(active, state, rolled_back)
     if journal is not None:
@@ -282,9 +291,11 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     finished = await _step("persist completion", run_id, _persist(deps, record, completion))
     if finished is not None:
         active.record = finished
-        if rolled_back:
+        if rolled_back:  # the thread is back where it was before the run: free
             await _step("delete rolled-back run", run_id, deps.store.delete_run(run_id))
-        await _step("thread status", run_id, _update_thread(deps, state, finished))
+            await _step("thread status", run_id, deps.store.set_thread_status(record.thread_id, "idle"))
+        else:
+            await _step("thread status", run_id, _update_thread(deps, state, finished))
         for hook in deps.completion_hooks:
             await _step(f"completion hook {getattr(hook, '__name__', hook)}", run_id, hook(finished))
     await _step("END marker", run_id, deps.bridge.publish_end(run_id))
