@@ -34,7 +34,10 @@ class ActiveRun:
     # A task cancelled before it ever ran would skip finalization (no status, no END), so such a
     # run is only flagged, and the worker sees the flag when it starts.
     executing: bool = False
+    # Set by the worker when it enters finalization: from then on cancelling changes nothing.
+    finalizing: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    _enforcer: asyncio.Task[None] | None = None
 
     def request_abort(self, abort: AbortRequest) -> bool:
         """Record the first abort request and cancel the task; later requests change nothing."""
@@ -43,4 +46,17 @@ class ActiveRun:
         self.abort = abort
         if self.executing and self.task is not None and not self.task.done():
             self.task.cancel()
+            self._enforcer = asyncio.create_task(self._enforce_cancel())
         return True
+
+    async def _enforce_cancel(self, every_s: float = 0.25) -> None:
+        """Repeat the cancel until the worker is finalizing.
+
+        On Python 3.11 ``asyncio.wait_for`` (used inside redis-py, psycopg_pool and LangGraph)
+        can swallow a cancel that lands as its inner await completes (CPython gh-86296); the
+        run would then go on to its next long await. Re-cancelling closes that window.
+        """
+        while self.task is not None and not self.task.done() and not self.finalizing:
+            await asyncio.sleep(every_s)
+            if not self.finalizing and not self.task.done():
+                self.task.cancel()

@@ -27,6 +27,7 @@ from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.runtime.active import AbortRequest, ActiveRun, CancelAction
 from agentkeel.runtime.records import (
     Completion,
+    ConflictError,
     FencedOut,
     MultitaskStrategy,
     RunRecord,
@@ -34,7 +35,7 @@ from agentkeel.runtime.records import (
     empty_usage,
     new_run_id,
 )
-from agentkeel.runtime.requests import RunRequest, prepare_run
+from agentkeel.runtime.requests import PreparedRun, RequestError, RunRequest, prepare_run
 from agentkeel.runtime.worker import WorkerDeps, execute_run
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class RunManager:
         if not self._accepting:
             raise ShuttingDown("the runtime is shutting down and admits no new runs")
         prepared = prepare_run(request, self._harness, self._limits)  # before admission
+        await self._check_checkpoint(prepared)
         record = RunRecord(
             run_id=new_run_id(),
             thread_id=request.thread_id,
@@ -105,6 +107,27 @@ class RunManager:
                 )
         await self._pump(request.thread_id)
         return active.record
+
+    async def _check_checkpoint(self, prepared: PreparedRun) -> None:
+        """A fork from a checkpoint that does not exist is refused before admission."""
+        configurable = prepared.config.get("configurable", {})
+        checkpoint_id = configurable.get("checkpoint_id")
+        if checkpoint_id is None:
+            return
+        found = await self._deps.checkpointer.aget_tuple(
+            {"configurable": {k: configurable[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}}
+        )
+        if found is None:
+            raise RequestError("checkpoint_id", f"checkpoint {checkpoint_id} not found", status=404)
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete a finished run (record and journal); an active run must be cancelled first."""
+        record = await self._deps.store.get(run_id)
+        if record is None:
+            return False
+        if not record.status.terminal or run_id in self._active:
+            raise ConflictError(f"run {run_id} is {record.status.value}; cancel it before deleting it")
+        return await self._deps.store.delete_run(run_id)
 
     # -- cancellation ------------------------------------------------------------------------
     async def cancel(

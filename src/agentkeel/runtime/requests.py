@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.messages import convert_to_messages
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Send
 
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
@@ -50,6 +51,12 @@ class RunRequest:
     model_name: str | None = None
     timeout_s: float | None = None
     user: str | None = None  # the authenticated caller; never taken from the body
+    command: dict[str, Any] | None = None  # {resume, update, goto}; exclusive with input
+    checkpoint: dict[str, Any] | None = None  # {checkpoint_id, checkpoint_ns, checkpoint_map}: fork
+    interrupt_before: list[str] | str | None = None  # node names or "*"
+    interrupt_after: list[str] | str | None = None
+    durability: str | None = None  # sync | async | exit
+    after_seconds: float = 0.0  # delay before the run starts (it stays pending meanwhile)
 
 
 @dataclass
@@ -63,6 +70,7 @@ class PreparedRun:
     stream_modes: list[str]
     caller_context: dict[str, Any]
     timeout_s: float
+    stream_options: dict[str, Any] = field(default_factory=dict)  # interrupt_*/durability for astream
 
     def kwargs(self) -> dict[str, Any]:
         """The request as stored on the run record (JSON-safe)."""
@@ -75,6 +83,12 @@ class PreparedRun:
             "stream_subgraphs": r.stream_subgraphs,
             "model_name": self.assistant.model_name,
             "timeout_s": self.timeout_s,
+            "command": _jsonable(r.command),
+            "checkpoint": _jsonable(r.checkpoint),
+            "interrupt_before": r.interrupt_before,
+            "interrupt_after": r.interrupt_after,
+            "durability": r.durability,
+            "after_seconds": r.after_seconds,
         }
 
 
@@ -95,15 +109,76 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
     timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
     if timeout <= 0:
         raise RequestError("timeout_s", "must be positive")
+    if request.after_seconds < 0:
+        raise RequestError("after_seconds", "must not be negative")
+    if request.command is not None and request.input is not None:
+        raise RequestError("command", "give either input or command, not both")
+    config = _run_config(request, limits)
+    _apply_checkpoint(config, request)
     return PreparedRun(
         request=request,
         assistant=assistant,
-        graph_input=_graph_input(request.input, assistant),
-        config=_run_config(request, limits),
+        graph_input=_command(request.command) if request.command is not None
+        else _graph_input(request.input, assistant),
+        config=config,
         stream_modes=modes,
         caller_context=context,
         timeout_s=timeout,
+        stream_options=_stream_options(request),
     )
+
+
+def _command(raw: Any) -> Command:
+    if not isinstance(raw, dict):
+        raise RequestError("command", "must be an object")
+    unknown = sorted(set(raw) - {"resume", "update", "goto"})
+    if unknown:
+        raise RequestError(f"command.{unknown[0]}", "unknown field (known: resume, update, goto)")
+    goto = raw.get("goto")
+    if isinstance(goto, dict):
+        goto = Send(goto.get("node"), goto.get("input"))
+    elif isinstance(goto, list):
+        goto = [Send(g.get("node"), g.get("input")) if isinstance(g, dict) else g for g in goto]
+    kwargs: dict[str, Any] = {"goto": goto or ()}
+    if "resume" in raw:
+        kwargs["resume"] = raw["resume"]
+    if raw.get("update") is not None:
+        kwargs["update"] = raw["update"]
+    return Command(**kwargs)
+
+
+def _apply_checkpoint(config: dict[str, Any], request: RunRequest) -> None:
+    checkpoint = request.checkpoint
+    if checkpoint is None:
+        return
+    if not isinstance(checkpoint, dict):
+        raise RequestError("checkpoint", "must be an object")
+    if checkpoint.get("thread_id") not in (None, request.thread_id):
+        raise RequestError("checkpoint.thread_id", "must be the run's thread")
+    for key in ("checkpoint_id", "checkpoint_ns"):
+        if checkpoint.get(key) is not None and not isinstance(checkpoint[key], str):
+            raise RequestError(f"checkpoint.{key}", "must be a string")
+    configurable = config["configurable"]
+    configurable["checkpoint_ns"] = checkpoint.get("checkpoint_ns") or ""
+    for key in ("checkpoint_id", "checkpoint_map"):
+        if checkpoint.get(key) is not None:
+            configurable[key] = checkpoint[key]
+
+
+def _stream_options(request: RunRequest) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name in ("interrupt_before", "interrupt_after"):
+        value = getattr(request, name)
+        if value is None:
+            continue
+        if not (value == "*" or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise RequestError(name, 'must be "*" or a list of node names')
+        options[name] = value
+    if request.durability is not None:
+        if request.durability not in ("sync", "async", "exit"):
+            raise RequestError("durability", "must be one of sync, async, exit")
+        options["durability"] = request.durability
+    return options
 
 
 def _caller_context(context: Any) -> dict[str, Any]:

@@ -12,14 +12,14 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
-from agentkeel.runtime.checkpoints import freeze_checkpoint_mode, open_checkpointer
+from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
 from agentkeel.runtime.manager import RunManager
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.factory import open_stores
@@ -39,6 +39,21 @@ class Runtime:
     checkpointer: BaseCheckpointSaver
     harness: Harness
     manager: RunManager
+    _accessors: dict[str, StateAccessor] = field(default_factory=dict)
+
+    async def accessor(self, assistant_id: str = "lead") -> StateAccessor:
+        """The state accessor of threads run by ``assistant_id`` (its graph defines the schema).
+
+        Built once per assistant: reading state needs the graph's channels, not a fresh model.
+        Raises ``UnknownAssistant`` for an unconfigured id.
+        """
+        if assistant_id not in self._accessors:
+            resolved = self.harness.resolve(assistant_id)
+            graph = await self.harness.build(resolved, {"configurable": {}, "metadata": {}})
+            self._accessors[assistant_id] = StateAccessor(
+                graph.copy(update={"checkpointer": self.checkpointer}), self.checkpointer
+            )
+        return self._accessors[assistant_id]
 
 
 @contextlib.asynccontextmanager

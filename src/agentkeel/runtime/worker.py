@@ -1,6 +1,6 @@
 """Executing one admitted run, start to END marker.
 
-The order is the contract (and ``tests/runtime/test_worker_lifecycle.py`` checks it):
+The order is the contract (and ``tests/runtime/test_runtime_*.py`` check it):
 
 1. journal opened — inside the main ``try``, so even its failure ends in a terminal status and END;
 2. status ``running`` (a fenced write: only this attempt of a pending run can start);
@@ -139,6 +139,7 @@ async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
     except Exception as exc:
         await _fail(deps, active, state, exc)
     finally:
+        active.finalizing = True
         finishing = asyncio.ensure_future(_finalize(deps, active, state))
         while not finishing.done():
             try:
@@ -158,6 +159,8 @@ def _uncancel() -> None:
 async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
     record = active.record
     prepared = active.prepared
+    if prepared.request.after_seconds > 0:  # a delayed run stays pending (and cancellable) meanwhile
+        await asyncio.sleep(prepared.request.after_seconds)
     state.journal = await Journal.open(deps.journal_store, record.run_id, record.thread_id)
     active.record = record = await deps.store.mark_running(
         record.run_id, record.attempt, deps.owner, record.lease_expires_at
@@ -167,6 +170,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         "run.start",
         {"assistant_id": record.assistant_id, "attempt": record.attempt, "owner": deps.owner,
          "model": prepared.assistant.model_name, "strategy": record.multitask_strategy.value},
+        caller="worker",
     )
     await deps.store.set_thread_status(record.thread_id, "busy")
     await deps.bridge.publish(record.run_id, "metadata", {"run_id": record.run_id, "attempt": record.attempt})
@@ -218,6 +222,7 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
             async for item in graph.astream(
                 prepared.graph_input, config, context=context,
                 stream_mode=modes, subgraphs=prepared.request.stream_subgraphs,
+                **prepared.stream_options,
             ):
                 namespace, mode, chunk = item if len(item) == 3 else ((), *item)
                 name = mode if not namespace else f"{mode}|{'|'.join(namespace)}"

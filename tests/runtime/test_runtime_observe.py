@@ -1,0 +1,100 @@
+"""Following a run with ``observe``: END last, replay after a Last-Event-ID, the durable record as
+the backstop once the stream is gone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from runtime_support import (
+    FULL_MATRIX,
+    Keel,
+    backend_matrix,
+    call,
+    finished,
+    new_thread_id,
+    run_to_end,
+    start,
+    stream_events,
+    turn,
+    wait_status,
+)
+
+from agentkeel.runtime.bridge import EventKind, InvalidEventId
+from agentkeel.runtime.observe import RUN_RECORD_EVENT, observe
+from agentkeel.runtime.records import RunStatus
+
+pytestmark = backend_matrix(FULL_MATRIX)
+
+CHATTY = [
+    turn("Looking.", call("ls", path="/workspace")),
+    turn("Looking again.", call("ls", path="/workspace/outputs")),
+    turn("Seen enough."),
+]
+
+
+async def test_a_live_observer_gets_every_event_then_end(keel: Keel) -> None:
+    config = keel.config({"slowish": [turn("Looking.", call("ls", path="/workspace")), turn("Done.", delay_ms=300)]})
+    async with keel.open(config) as rt:
+        run = await start(rt, new_thread_id("live"), "look", stream_mode=["values", "updates"])
+        await wait_status(rt, run.run_id, RunStatus.running)
+        live = asyncio.create_task(stream_events(rt, run.run_id, "-1"))
+        done = await finished(rt, run.run_id)
+        items = await asyncio.wait_for(live, 10)
+        assert done.status == RunStatus.success
+        assert items[-1].kind is EventKind.end
+        assert sum(1 for i in items if i.kind is EventKind.end) == 1
+        assert items[0].event == "metadata"
+        assert {i.event for i in items if i.kind is EventKind.data} >= {"metadata", "values", "updates"}
+        # What the live observer saw is exactly what a later replay sees.
+        replay = await stream_events(rt, run.run_id, "-1")
+        strip = [(i.id, i.event, i.data) for i in items if i.kind is EventKind.data]
+        assert strip == [(i.id, i.event, i.data) for i in replay if i.kind is EventKind.data]
+
+
+async def test_replay_is_strictly_after_the_last_event_id(keel: Keel) -> None:
+    async with keel.open(keel.config({"chatty": CHATTY})) as rt:
+        run = await run_to_end(rt, new_thread_id("replay"), "look")
+        full = [i for i in await stream_events(rt, run.run_id, "-1") if i.kind is EventKind.data]
+        assert len(full) >= 6
+        for cursor in (1, 3, len(full) - 1):
+            for form in (full[cursor - 1].id, str(cursor)):  # "N-0" and the bare seq
+                after = await stream_events(rt, run.run_id, form)
+                assert after[-1].kind is EventKind.end
+                assert [(i.id, i.event, i.data) for i in after[:-1]] == [
+                    (i.id, i.event, i.data) for i in full[cursor:]
+                ]
+        # At (or beyond) the last event: nothing but END.
+        for form in (full[-1].id, str(len(full) + 50)):
+            assert [i.kind for i in await stream_events(rt, run.run_id, form)] == [EventKind.end]
+
+
+async def test_a_malformed_last_event_id_is_refused(keel: Keel) -> None:
+    async with keel.open(keel.config()) as rt:
+        run = await run_to_end(rt, new_thread_id("badid"), "hi")
+        for bad in ("banana", "1-1", "-2", "12x", "1" * 25):
+            seen = []
+            with pytest.raises(InvalidEventId):
+                async for item in observe(rt, run.run_id, last_event_id=bad):
+                    seen.append(item)
+            assert seen == []  # refused before anything was yielded
+
+
+async def test_after_the_stream_is_deleted_the_record_answers_at_once(keel: Keel) -> None:
+    async with keel.open(keel.config()) as rt:
+        run = await run_to_end(rt, new_thread_id("gone"), "hi")
+        await rt.bridge.delete(run.run_id)
+        assert not await rt.bridge.exists(run.run_id)
+        for cursor in ("-1", "5", "$"):
+            items = []
+            # A short heartbeat: if observe fell back to waiting on the stream, one would show up.
+            async with asyncio.timeout(2):
+                async for item in observe(rt, run.run_id, last_event_id=cursor, heartbeat_s=0.05):
+                    items.append(item)
+            assert [i.event for i in items] == [RUN_RECORD_EVENT, "__end__"], items
+            record = items[0].data
+            assert record["run_id"] == run.run_id and record["status"] == "success"
+            assert record["stop_reasons"] == [] and record["usage"] == run.usage
+        # A run that never existed: END, and nothing else.
+        async with asyncio.timeout(2):
+            assert [i.kind async for i in observe(rt, "never-existed", heartbeat_s=0.05)] == [EventKind.end]

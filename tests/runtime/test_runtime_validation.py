@@ -1,0 +1,83 @@
+"""A request that cannot become a run is refused before admission and leaves nothing behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from runtime_support import (
+    LIGHT_MATRIX,
+    Keel,
+    backend_matrix,
+    new_thread_id,
+    run_to_end,
+)
+
+from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.requests import RequestError, RunRequest
+
+pytestmark = backend_matrix(LIGHT_MATRIX)
+
+# (what is wrong, request fields, the field the error must name, HTTP status)
+INVALID: list[tuple[str, dict[str, Any], str, int]] = [
+    ("unknown assistant", {"assistant_id": "no-such-assistant"}, "assistant_id", 404),
+    ("model outside the allowlist", {"model_name": "gpt-unlisted"}, "context.model_name", 400),
+    ("model outside the allowlist, via context", {"context": {"model_name": "gpt-unlisted"}}, "context.model_name", 400),
+    ("model name of the wrong type", {"context": {"model_name": 42}}, "context.model_name", 422),
+    ("malformed input message", {"input": {"messages": [{"role": "alien", "content": "x"}]}}, "input.messages[0]", 422),
+    ("second message malformed",
+     {"input": {"messages": [{"role": "user", "content": "ok"}, {"content": "no role"}]}}, "input.messages[1]", 422),
+    ("messages not a list", {"input": {"messages": "hello"}}, "input.messages", 422),
+    ("input of the wrong type", {"input": 42}, "input", 422),
+    ("unknown stream mode", {"stream_mode": ["values", "telepathy"]}, "stream_mode", 422),
+    ("stream mode of the wrong type", {"stream_mode": [1]}, "stream_mode", 422),
+    ("recursion limit not positive", {"config": {"recursion_limit": 0}}, "config.recursion_limit", 422),
+    ("timeout not positive", {"timeout_s": 0}, "timeout_s", 422),
+]
+
+BAD_THREAD_IDS = ["", "../escape", "a/b", ".hidden", "x" * 129, "spaces are bad"]
+
+
+async def _nothing_stored(rt: Any, thread_id: str) -> None:
+    assert await rt.store.list_runs(thread_id=thread_id) == []
+    assert await rt.store.get_thread(thread_id) is None
+    assert await rt.store.active_runs(thread_id) == []
+    assert rt.manager.in_flight == 0
+
+
+async def test_invalid_requests_are_refused_before_admission(keel: Keel) -> None:
+    async with keel.open() as rt:
+        for what, fields, field, status in INVALID:
+            thread = new_thread_id("invalid")
+            with pytest.raises(RequestError) as caught:
+                await rt.manager.create(RunRequest(thread_id=thread, **{"input": "hello", **fields}))
+            assert (caught.value.field, caught.value.status) == (field, status), what
+            await _nothing_stored(rt, thread)
+        assert await rt.store.list_runs() == []
+        assert await rt.store.list_threads() == []
+
+
+async def test_bad_thread_ids_are_refused_before_admission(keel: Keel) -> None:
+    async with keel.open() as rt:
+        for thread in BAD_THREAD_IDS:
+            with pytest.raises(RequestError) as caught:
+                await rt.manager.create(RunRequest(thread_id=thread, input="hello"))
+            assert caught.value.field == "thread_id", thread
+            assert await rt.store.list_runs(thread_id=thread) == []
+        assert await rt.store.list_runs() == [] and await rt.store.list_threads() == []
+        assert not (keel.tmp_path / "data" / "threads").exists() or not any(
+            (keel.tmp_path / "data" / "threads").iterdir()
+        )
+
+
+async def test_a_valid_request_after_refusals_is_the_only_run(keel: Keel) -> None:
+    """The control: the same thread, refused then accepted, holds exactly the accepted run."""
+    async with keel.open() as rt:
+        thread = new_thread_id("control")
+        with pytest.raises(RequestError):
+            await rt.manager.create(RunRequest(thread_id=thread, input="hi", assistant_id="nope"))
+        run = await run_to_end(rt, thread, "hi", context={"user": "mallory", "thread_id": "other", "note": 1})
+        assert run.status == RunStatus.success
+        assert [r.run_id for r in await rt.store.list_runs(thread_id=thread)] == [run.run_id]
+        # Identity keys in the caller's context are dropped; the rest is kept on the record.
+        assert run.kwargs["context"] == {"note": 1}
