@@ -63,6 +63,15 @@ class ToolsConfig(_Strict):
     bash: bool = False
 
 
+class GatewayConfig(_Strict):
+    """The HTTP gateway (``keel serve``): stream framing and shutdown bounds."""
+
+    end_event: bool = False  # send `event: end` before closing a run stream (the Python SDK yields it)
+    heartbeat_s: Annotated[float, Field(gt=0, le=5)] = 5.0  # SSE `: heartbeat` comment interval
+    drain_s: Annotated[float, Field(ge=0)] = 10.0  # on SIGTERM: how long runs may finish before being interrupted
+    wait_keepalive_s: Annotated[float, Field(gt=0)] = 5.0  # whitespace keep-alive interval of /wait and /join
+
+
 class KeelConfig(_Strict):
     data_dir: str = "./.agentkeel"
     database: str | None = None  # default: sqlite:///<data_dir>/keel.db
@@ -73,6 +82,7 @@ class KeelConfig(_Strict):
     graphs: dict[str, str] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
 
     # Where relative paths (scripts, graphs, data_dir) resolve; not a config key.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

@@ -1,4 +1,4 @@
-"""The ``keel`` command: run, demo, runs list|show."""
+"""The ``keel`` command: run, demo, runs list|show, serve."""
 
 from __future__ import annotations
 
@@ -152,6 +152,19 @@ def runs_show(
         print(json.dumps(ledger, indent=2, default=str))
     else:
         render_ledger(console, ledger)
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 2024,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
+    from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
+
+    raise typer.Exit(serve_gateway(_config(config), host, port, log_level))
 
 
 def main() -> None:

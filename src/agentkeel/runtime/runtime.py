@@ -1,8 +1,9 @@
 """Composing the control plane from a configuration, and tearing it down in the right order.
 
-One ``Runtime`` per process: stores, stream bridge, checkpointer, harness and the run manager.
-Closing drains runs first (they still need the checkpointer and stores to finalize honestly), then
-closes the checkpointer, the bridge and the stores.
+One ``Runtime`` per process: stores, stream bridge, checkpointer, LangGraph key-value store,
+assistants, harness and the run manager. Closing drains runs first (they still need the
+checkpointer and stores to finalize honestly), then closes the key-value store, the checkpointer,
+the bridge and the stores.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
+from agentkeel.runtime.assistants import AssistantStore, ensure_system_assistants
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
+from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import RunManager
 from agentkeel.runtime.stores.base import JournalStore, RunStore
-from agentkeel.runtime.stores.factory import open_stores
+from agentkeel.runtime.stores.factory import open_assistant_store, open_stores
 from agentkeel.runtime.worker import CompletionHook, WorkerDeps
 
 
@@ -39,6 +43,8 @@ class Runtime:
     checkpointer: BaseCheckpointSaver
     harness: Harness
     manager: RunManager
+    assistants: AssistantStore
+    kv_store: BaseStore  # LangGraph's store, bound to every graph as ``store``
     _accessors: dict[str, StateAccessor] = field(default_factory=dict)
 
     async def accessor(self, assistant_id: str = "lead") -> StateAccessor:
@@ -51,7 +57,8 @@ class Runtime:
             resolved = self.harness.resolve(assistant_id)
             graph = await self.harness.build(resolved, {"configurable": {}, "metadata": {}})
             self._accessors[assistant_id] = StateAccessor(
-                graph.copy(update={"checkpointer": self.checkpointer}), self.checkpointer
+                graph.copy(update={"checkpointer": self.checkpointer, "store": self.kv_store}),
+                self.checkpointer,
             )
         return self._accessors[assistant_id]
 
@@ -69,19 +76,30 @@ async def open_runtime(
         config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
         heartbeat_s=limits.stream_heartbeat_s,
     )
+    assistants: AssistantStore | None = None
     try:
-        async with open_checkpointer(config.database_url) as checkpointer:
+        assistants = await open_assistant_store(config.database_url)
+        await ensure_system_assistants(assistants, harness.assistant_ids)
+        async with (
+            open_checkpointer(config.database_url) as checkpointer,
+            open_kv_store(config.database_url) as kv_store,
+        ):
             deps = WorkerDeps(
                 store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
                 harness=harness, config=config, owner=worker_id(),
                 checkpoint_mode=config.checkpoint_mode, completion_hooks=list(completion_hooks or []),
+                kv_store=kv_store,
             )
             manager = RunManager(deps, harness, limits)
             try:
-                yield Runtime(config, store, journal, bridge, checkpointer, harness, manager)
+                yield Runtime(
+                    config, store, journal, bridge, checkpointer, harness, manager, assistants, kv_store
+                )
             finally:
                 await manager.shutdown(drain_s)
     finally:
         await bridge.close()
         await journal.close()
         await store.close()
+        if assistants is not None:
+            await assistants.close()

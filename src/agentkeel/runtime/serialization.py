@@ -10,16 +10,29 @@ from typing import Any
 from pydantic import BaseModel
 
 
-def to_jsonable(value: Any) -> Any:
-    """Recursively convert messages, pydantic models, dataclasses, interrupts and tuples."""
+Memo = dict[int, tuple[Any, Any]]
+
+
+def to_jsonable(value: Any, memo: Memo | None = None) -> Any:
+    """Recursively convert messages, pydantic models, dataclasses, interrupts and tuples.
+
+    ``memo`` (one per run) remembers converted pydantic objects by identity: a ``values`` stream
+    re-sends every message of the thread at every step, so without it a run converts O(n²)
+    messages. Messages are treated as immutable once emitted, as LangGraph's reducers do.
+    """
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items() if not str(k).startswith("__pregel")}
+        return {str(k): to_jsonable(v, memo) for k, v in value.items() if not str(k).startswith("__pregel")}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, memo) for v in value]
     if isinstance(value, BaseModel):
-        return to_jsonable(value.model_dump())
+        if memo is None:
+            return to_jsonable(value.model_dump())
+        hit = memo.get(id(value))
+        if hit is None or hit[0] is not value:
+            hit = memo[id(value)] = (value, to_jsonable(value.model_dump(), memo))
+        return hit[1]
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):

@@ -27,6 +27,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError
+from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
@@ -45,7 +46,7 @@ from agentkeel.runtime.checkpoints import (
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus
-from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.serialization import Memo, to_jsonable
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
     WorkspaceSnapshot,
@@ -55,6 +56,7 @@ from agentkeel.runtime.snapshots import (
     restore_snapshot,
 )
 from agentkeel.runtime.stores.base import JournalStore, RunStore
+from agentkeel.runtime.thread_status import AFTER_RUN, settled_status
 from agentkeel.runtime.usage import UsageAccumulator
 from agentkeel.sandbox.exec import ProcessGroupRegistry
 from agentkeel.sandbox.workspace import Workspace
@@ -62,12 +64,6 @@ from agentkeel.sandbox.workspace import Workspace
 log = logging.getLogger(__name__)
 
 CompletionHook = Callable[[RunRecord], Awaitable[None]]
-THREAD_STATUS = {
-    RunStatus.success: "idle",
-    RunStatus.interrupted: "interrupted",
-    RunStatus.error: "error",
-    RunStatus.timeout: "error",
-}
 
 
 @dataclass
@@ -81,6 +77,7 @@ class WorkerDeps:
     owner: str
     checkpoint_mode: str = "full"
     completion_hooks: list[CompletionHook] = field(default_factory=list)
+    kv_store: BaseStore | None = None  # bound to the graph as ``store``; None keeps the graph's own
 
 
 @dataclass
@@ -178,9 +175,10 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     config = mark_checkpoint_mode(dict(prepared.config), deps.checkpoint_mode)  # type: ignore[arg-type]
     config["callbacks"] = [JournalCallbackHandler(state.journal, state.usage)]
     config.setdefault("metadata", {}).update({"run_id": record.run_id, "assistant_id": record.assistant_id})
-    graph = (await deps.harness.build(prepared.assistant, config)).copy(
-        update={"checkpointer": deps.checkpointer}
-    )
+    bound: dict[str, Any] = {"checkpointer": deps.checkpointer}
+    if deps.kv_store is not None:
+        bound["store"] = deps.kv_store
+    graph = (await deps.harness.build(prepared.assistant, config)).copy(update=bound)
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
         state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
@@ -217,6 +215,7 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
     prepared = active.prepared
     run_id = active.record.run_id
     modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
+    memo: Memo = {}
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for item in graph.astream(
@@ -226,7 +225,7 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
             ):
                 namespace, mode, chunk = item if len(item) == 3 else ((), *item)
                 name = mode if not namespace else f"{mode}|{'|'.join(namespace)}"
-                await deps.bridge.publish(run_id, name, to_jsonable(chunk))
+                await deps.bridge.publish(run_id, name, to_jsonable(chunk, memo))
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both
@@ -379,11 +378,9 @@ def _intervention(state: _RunState, action: str, detail: str) -> None:
 
 
 async def _update_thread(deps: WorkerDeps, state: _RunState, record: RunRecord) -> None:
-    status = THREAD_STATUS.get(record.status, "idle")
+    status = AFTER_RUN.get(record.status, "idle")
     if record.status == RunStatus.success and state.accessor is not None:
-        snapshot = await state.accessor.aget(record.thread_id)
-        if snapshot is not None and any(task.interrupts for task in snapshot.tasks):
-            status = "interrupted"
+        status = settled_status(await state.accessor.aget(record.thread_id))
     await deps.store.set_thread_status(record.thread_id, status)
 
 

@@ -36,6 +36,7 @@ from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, ClassVar
 
 HEARTBEAT_EVENT = "__heartbeat__"
@@ -89,7 +90,14 @@ class StreamEvent:
     id: str
     seq: int
     event: str
-    data: Any
+    raw: Any  # the data, or its JSON text when ``encoded``
+    encoded: bool = False
+
+    @cached_property
+    def data(self) -> Any:
+        """Decoded on first access: a run with no subscriber never pays for decoding (and the
+        memory bridge retains compact strings rather than object graphs the GC must walk)."""
+        return json.loads(self.raw) if self.encoded else self.raw
 
     @property
     def kind(self) -> EventKind:
@@ -133,7 +141,7 @@ def encode_data(data: Any) -> str:
 
 def data_event(seq: int, event: str, payload: str) -> StreamEvent:
     """Both backends hand out decoded JSON, so a subscriber sees the same values on either."""
-    return StreamEvent(format_event_id(seq), seq, event, json.loads(payload))
+    return StreamEvent(format_event_id(seq), seq, event, payload, encoded=True)
 
 
 def _marker(event: str, seq: int, data: Any = None) -> StreamEvent:

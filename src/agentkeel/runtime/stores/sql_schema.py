@@ -118,3 +118,39 @@ journal = Table(
     Column("ts", UtcDateTime, nullable=False),
     Index("ix_journal_thread", "thread_id"),
 )
+
+assistants = Table(
+    "assistants",
+    metadata,
+    Column("assistant_id", String, primary_key=True),
+    Column("graph_id", String, nullable=False),
+    Column("config", Json, nullable=False),
+    Column("context", Json, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("name", String, nullable=False),
+    Column("description", Text),
+    Column("version", Integer, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Index("ix_assistants_graph_id", "graph_id"),
+)
+
+# Every version ever written, the current one included; ``assistants.version`` names the current.
+assistant_versions = Table(
+    "assistant_versions",
+    metadata,
+    Column(
+        "assistant_id",
+        String,
+        ForeignKey("assistants.assistant_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("graph_id", String, nullable=False),
+    Column("config", Json, nullable=False),
+    Column("context", Json, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("name", String, nullable=False),
+    Column("description", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+)

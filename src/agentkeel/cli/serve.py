@@ -1,0 +1,85 @@
+"""``keel serve``: the gateway under uvicorn, with an honest shutdown.
+
+Why not uvicorn's own signal handling: on SIGTERM uvicorn first waits for open connections to
+finish and only then runs the app's shutdown. A client following a long run keeps its connection
+open until the run ends, so the runs would only be stopped when uvicorn's timeout cut the
+connections — the clients would see a dropped stream instead of the run's END. Here the first
+SIGTERM/SIGINT drains the runtime *while* serving: new runs are refused (503), running ones get
+``gateway.drain_s`` to finish, the rest are interrupted and finalized (status, stop reason, END);
+their streams and waits then end normally, and only then does uvicorn stop. A second signal cuts
+the drain short (runs are interrupted at once). The process exits 0 (uvicorn would re-raise the
+signal after serving).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import FrameType
+
+import typer
+import uvicorn
+from fastapi import FastAPI
+from sse_starlette.sse import AppStatus
+
+from agentkeel.config import KeelConfig
+from agentkeel.gateway.app import create_app
+from agentkeel.gateway.deps import Gateway
+
+# Bounds uvicorn's wait for connections once the runtime is drained (every run has ended by then;
+# only streams of runs owned by other processes can still be open).
+CONNECTIONS_GRACE_S = 5
+
+
+class GatewayServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once serving
+        self._drains: list[asyncio.Task[None]] = []
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._loop = asyncio.get_running_loop()
+            typer.echo(f"AgentKeel gateway listening on {self.url}")
+
+    @property
+    def url(self) -> str:
+        host, port = self.servers[0].sockets[0].getsockname()[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is None:
+            self.should_exit = True  # not serving yet: the lifespan's shutdown drains
+            return
+        self._loop.call_soon_threadsafe(self._on_signal)
+
+    def _on_signal(self) -> None:
+        gateway: Gateway = self._app.state.gateway
+        if not self._drains:
+            self._drains.append(asyncio.ensure_future(self._drain_then_exit(gateway)))
+        else:  # a second signal: interrupt the runs now instead of waiting out drain_s
+            self._drains.append(asyncio.ensure_future(gateway.drain(0)))
+
+    async def _drain_then_exit(self, gateway: Gateway) -> None:
+        try:
+            await gateway.drain()
+        finally:
+            self.should_exit = True
+
+
+def serve_gateway(config: KeelConfig, host: str, port: int, log_level: str = "warning") -> int:
+    """Serve until a signal; 0 after a clean drain."""
+    # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
+    AppStatus.disable_automatic_graceful_drain()
+    app = create_app(config)
+    server = GatewayServer(
+        uvicorn.Config(
+            app, host=host, port=port, lifespan="on", log_level=log_level,
+            timeout_graceful_shutdown=CONNECTIONS_GRACE_S,
+        ),
+        app,
+    )
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,71 @@
+"""Composing the gateway: the FastAPI app, its routers, error handlers and runtime lifetime.
+
+``create_app(config)`` owns the runtime: the lifespan opens it and, at shutdown, drains it (stop
+admitting, bounded wait, interrupt and finalize the rest) before closing it. ``create_app(runtime)``
+serves a runtime someone else opened and closes (tests, embedding); it is usable at once, without
+running the lifespan.
+
+The threads, assistants and store routers come from modules written alongside this one; each is
+included when its module exists, so the app composes whatever resources are installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import AsyncIterator
+from types import ModuleType
+
+from fastapi import FastAPI
+
+import agentkeel
+from agentkeel.config import KeelConfig
+from agentkeel.gateway.deps import Gateway, Metrics
+from agentkeel.gateway.errors import install_error_handlers
+from agentkeel.gateway.routes import meta, runs
+from agentkeel.runtime.runtime import Runtime, open_runtime
+
+OPTIONAL_ROUTERS = ("threads", "assistants", "store")
+
+
+def create_app(source: KeelConfig | Runtime) -> FastAPI:
+    metrics = Metrics()
+    given = Gateway(source, source.config.gateway, metrics) if isinstance(source, Runtime) else None
+    config = source.config if isinstance(source, Runtime) else source
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if given is not None:
+            yield
+            await given.settle()
+            return
+        async with open_runtime(
+            config, completion_hooks=[metrics.on_run_finished], drain_s=config.gateway.drain_s
+        ) as runtime:
+            gw = app.state.gateway = Gateway(runtime, config.gateway, metrics)
+            try:
+                yield
+            finally:
+                await gw.drain()
+
+    app = FastAPI(title="AgentKeel", version=agentkeel.__version__, lifespan=lifespan)
+    if given is not None:
+        app.state.gateway = given
+    install_error_handlers(app)
+    app.include_router(meta.router)
+    app.include_router(runs.router)
+    for module in _installed_routers():
+        app.include_router(module.router)
+    return app
+
+
+def _installed_routers() -> list[ModuleType]:
+    found = []
+    for name in OPTIONAL_ROUTERS:
+        qualified = f"agentkeel.gateway.routes.{name}"
+        try:
+            found.append(importlib.import_module(qualified))
+        except ModuleNotFoundError as exc:
+            if exc.name != qualified:
+                raise  # the module exists but one of its imports is missing: a real error
+    return found

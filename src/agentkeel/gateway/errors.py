@@ -1,0 +1,91 @@
+"""How failures become HTTP answers: always JSON ``{"detail": ...}``, never a traceback.
+
+The status codes follow the LangGraph server (the SDKs map them to exception classes): 404 for a
+missing thread, run or assistant; 409 for a busy thread under ``reject``; 422 for an invalid body
+(naming the field); 503 while shutting down. Anything unexpected is logged with its traceback and
+answered with a bare 500, so internals never leak to a caller.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from agentkeel.harness.agents import UnknownAssistant
+from agentkeel.runtime.bridge import InvalidEventId
+from agentkeel.runtime.manager import ShuttingDown
+from agentkeel.runtime.records import ConflictError
+from agentkeel.runtime.requests import RequestError
+
+log = logging.getLogger(__name__)
+
+BUSY_THREAD = (
+    "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
+)
+
+
+class NotFound(LookupError):
+    """A thread, run or assistant the request names does not exist (404)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _json(status: int, detail: str, **extra: object) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status)
+
+
+def _field_of(location: tuple[object, ...]) -> str:
+    """``("body", "config", "recursion_limit")`` -> ``config.recursion_limit``."""
+    parts = [str(p) for p in location]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+async def _request_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    return _json(exc.status, exc.message, field=exc.field)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = [(_field_of(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))) for e in exc.errors()]
+    detail = "; ".join(f"{field}: {message.removeprefix('Value error, ')}" for field, message in problems)
+    return _json(422, detail or "invalid request", field=problems[0][0] if problems else "body")
+
+
+async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
+    return _json(409, str(exc))
+
+
+async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
+    return _json(404, exc.detail if isinstance(exc, NotFound) else str(exc))
+
+
+async def _invalid_event_id(_request: Request, exc: Exception) -> JSONResponse:
+    return _json(422, str(exc), field="Last-Event-ID")
+
+
+async def _shutting_down(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _json(500, "internal error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ConflictError, _conflict)
+    app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(UnknownAssistant, _not_found)
+    app.add_exception_handler(InvalidEventId, _invalid_event_id)
+    app.add_exception_handler(ShuttingDown, _shutting_down)
+    app.add_exception_handler(Exception, _internal)

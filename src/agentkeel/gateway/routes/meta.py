@@ -1,0 +1,84 @@
+"""Liveness, readiness, server info and Prometheus metrics.
+
+``/healthz`` answers as long as the process serves HTTP; ``/readyz`` also proves that the run
+store and the stream bridge answer (and turns 503 while the gateway drains, so a load balancer
+stops sending work before runs are interrupted). ``/metrics`` counts what this process saw since it
+started; durable totals are in the store (``GET /threads/{id}/runs``, ``keel runs list``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+import agentkeel
+from agentkeel.gateway.deps import Gateway, gateway
+from agentkeel.runtime.records import TERMINAL_STATUSES
+
+router = APIRouter(tags=["meta"])
+GW = Annotated[Gateway, Depends(gateway)]
+READY_TIMEOUT_S = 2.0
+_PROBE_ID = "agentkeel-readyz-probe"
+
+
+@router.get("/ok")  # the LangGraph server's name
+@router.get("/healthz")
+async def healthz() -> dict[str, Any]:
+    return {"ok": True}
+
+
+@router.get("/info")
+async def info() -> dict[str, Any]:
+    return {
+        "version": agentkeel.__version__,
+        "server": "agentkeel",
+        "flags": {"assistants": True, "crons": False, "langsmith": False},
+        "host": {"kind": "agentkeel"},
+    }
+
+
+@router.get("/readyz")
+async def readyz(gw: GW) -> JSONResponse:
+    checks = {
+        "store": _probe(gw.runtime.store.get_thread(_PROBE_ID)),
+        "stream": _probe(gw.runtime.bridge.exists(_PROBE_ID)),
+    }
+    results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
+    ready = not gw.draining and all(r == "ok" for r in results.values())
+    body = {"ok": ready, **results, "draining": gw.draining}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _probe(check: Any) -> str:
+    try:
+        await asyncio.wait_for(check, READY_TIMEOUT_S)
+    except TimeoutError:
+        return f"timed out after {READY_TIMEOUT_S:g} s"
+    except Exception as exc:
+        return f"unreachable: {type(exc).__name__}"
+    return "ok"
+
+
+@router.get("/metrics")
+async def metrics(gw: GW) -> PlainTextResponse:
+    m = gw.metrics
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
+        lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+
+    metric("agentkeel_runs_created_total", "counter", "Runs admitted through this gateway process.",
+           [("", m.runs_created)])
+    metric("agentkeel_runs_finished_total", "counter", "Runs this process finished, by terminal status.",
+           [(f'{{status="{s.value}"}}', m.runs_finished[s.value]) for s in sorted(TERMINAL_STATUSES)])
+    metric("agentkeel_runs_in_flight", "gauge", "Runs this process admitted and has not finished.",
+           [("", gw.runtime.manager.in_flight)])
+    metric("agentkeel_streams_open", "gauge", "Open SSE run streams.", [("", m.streams_open)])
+    metric("agentkeel_stream_events_sent_total", "counter", "Run events sent over SSE.",
+           [("", m.stream_events_sent)])
+    metric("agentkeel_draining", "gauge", "1 while the gateway drains for shutdown.", [("", int(gw.draining))])
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

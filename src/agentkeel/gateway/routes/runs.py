@@ -1,0 +1,378 @@
+"""Runs over HTTP: on a thread (``/threads/{thread_id}/runs...``) and stateless (``/runs...``).
+
+Defaults are the LangGraph server's (``enqueue``, ``on_disconnect=continue``,
+``if_not_exists=reject``, stream mode ``values``). Every run-creating answer carries
+``Content-Location`` (the run) and, for streams and waits, ``Location`` (where to reconnect).
+
+A waited-for result (``/wait``, ``/join``, ``cancel?wait=1``) is computed only after the run's END
+marker, from the thread's checkpointed state; an error or timeout is answered as
+``{"__error__": ...}``, never as the last checkpoint's values as if the run had succeeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+
+from agentkeel.gateway.deps import Gateway, gateway
+from agentkeel.gateway.errors import BUSY_THREAD, NotFound
+from agentkeel.gateway.schemas import RunCreate, RunsCancel, StatelessRunCreate
+from agentkeel.gateway.sse import event_stream, json_when_done, until_end
+from agentkeel.runtime.assistants import resolve_assistant
+from agentkeel.runtime.bridge import LIVE
+from agentkeel.runtime.manager import CancelOutcome
+from agentkeel.runtime.records import ConflictError, OnDisconnect, RunRecord, RunStatus
+from agentkeel.runtime.requests import STREAM_MODES, RequestError
+from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.threads import delete_thread
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["runs"])
+GW = Annotated[Gateway, Depends(gateway)]
+LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
+StreamModes = Annotated[list[str] | None, Query()]
+CancelAction = Literal["interrupt", "rollback"]
+
+_RUN_FIELDS = (
+    "run_id", "thread_id", "assistant_id", "metadata", "status", "kwargs", "multitask_strategy",
+    "created_at", "updated_at", "attempt", "stop_reasons", "stop_reason", "usage", "error",
+)
+
+
+def run_json(record: RunRecord) -> dict[str, Any]:
+    """The Run resource: LangGraph's fields plus AgentKeel's ``stop_reasons``, ``stop_reason``,
+    ``usage``, ``attempt`` and ``error``. Owner and lease stay internal."""
+    fields = record.to_dict()
+    return {key: fields[key] for key in _RUN_FIELDS}
+
+
+def _run_path(record: RunRecord, stateless: bool = False) -> str:
+    return f"/runs/{record.run_id}" if stateless else f"/threads/{record.thread_id}/runs/{record.run_id}"
+
+
+# -- admission -------------------------------------------------------------------------------------
+async def _admit(gw: Gateway, body: RunCreate, thread_id: str, *, must_exist: bool) -> RunRecord:
+    assistant = await resolve_assistant(gw.runtime, body.assistant_id)
+    if must_exist and body.if_not_exists == "reject" and await gw.runtime.store.get_thread(thread_id) is None:
+        raise NotFound("Thread or assistant not found.")
+    # With if_not_exists=create the thread is created by admission itself, atomically with the
+    # run: a request refused by validation leaves no thread behind.
+    request = body.to_request(thread_id, assistant)
+    try:
+        record = await gw.runtime.manager.create(request)
+    except ConflictError:
+        raise ConflictError(BUSY_THREAD) from None
+    gw.metrics.runs_created += 1
+    return record
+
+
+async def _admit_stateless(gw: Gateway, body: StatelessRunCreate) -> tuple[RunRecord, asyncio.Task[Any] | None]:
+    """Admit on the named thread or a new one; with ``on_completion=delete`` also start the task
+    that, after END, reads the result and deletes the thread (only one this call created)."""
+    named = ((body.config or {}).get("configurable") or {}).get("thread_id")
+    thread_id = str(named) if named else str(uuid.uuid4())
+    created = not named or await gw.runtime.store.get_thread(thread_id) is None
+    if created and body.command is not None and "resume" in body.command:
+        raise RequestError("command", "You must provide a thread_id when resuming.", status=400)
+    record = await _admit(gw, body, thread_id, must_exist=False)
+    cleanup = None
+    if created and body.on_completion == "delete":
+        cleanup = gw.spawn(_result_then_delete(gw, record), name=f"agentkeel-temporary-{record.run_id}")
+    return record, cleanup
+
+
+# -- results ---------------------------------------------------------------------------------------
+def _error_of(record: RunRecord) -> dict[str, str]:
+    message = record.error or f"the run ended with status {record.status.value}"
+    if record.status is RunStatus.timeout:
+        return {"error": "TimeoutError", "message": message}
+    name, sep, rest = message.partition(": ")
+    return {"error": name, "message": rest} if sep and name.isidentifier() else {"error": "Error", "message": message}
+
+
+async def final_result(gw: Gateway, run_id: str) -> Any:
+    """What ``/wait`` answers once the run has ended (see the module docstring)."""
+    record = await gw.runtime.store.get(run_id)
+    if record is None:
+        return {"__error__": {"error": "RunDeleted", "message": f"run {run_id} was rolled back or deleted"}}
+    if record.status in (RunStatus.error, RunStatus.timeout):
+        return {"__error__": _error_of(record)}
+    snapshot = await (await gw.runtime.accessor(record.assistant_id)).aget(record.thread_id)
+    if snapshot is None:
+        return {}
+    values = to_jsonable(snapshot.values)
+    if snapshot.interrupts and isinstance(values, dict):
+        values["__interrupt__"] = to_jsonable(list(snapshot.interrupts))
+    return values
+
+
+async def _result_after_end(gw: Gateway, run_id: str) -> Any:
+    await until_end(gw, run_id)
+    return await final_result(gw, run_id)
+
+
+async def _result_then_delete(gw: Gateway, record: RunRecord) -> Any:
+    """A temporary thread leaves nothing behind: runs and journal, checkpoints, workspace."""
+    try:
+        return await _result_after_end(gw, record.run_id)
+    finally:
+        try:
+            await delete_thread(gw.runtime, record.thread_id)
+        except Exception:  # the result stands; the leftover thread is reported, not hidden
+            log.exception("deleting temporary thread %s failed", record.thread_id)
+
+
+async def _shielded(task: asyncio.Task[Any]) -> Any:
+    """Await a task owned elsewhere without cancelling it when the waiter is cancelled."""
+    return await asyncio.shield(task)
+
+
+def _modes(requested: list[str] | None, record: RunRecord) -> list[str]:
+    """A join's modes: the requested ones (every repeated ``stream_mode``), else the run's own."""
+    modes = [m for m in requested or [] if m]
+    unknown = sorted(set(modes) - STREAM_MODES)
+    if unknown:
+        raise RequestError("stream_mode", f"unknown mode(s) {unknown}; known: {sorted(STREAM_MODES)}")
+    return modes or list(record.kwargs.get("stream_mode") or ["values"])
+
+
+# -- responses shared by thread and stateless routes ----------------------------------------------
+def _stream_new(gw: Gateway, record: RunRecord, body: RunCreate, path: str) -> Response:
+    """A new run's whole stream, from its first event."""
+    return event_stream(
+        gw, record.run_id, modes=record.kwargs["stream_mode"], last_event_id=None,
+        cancel_on_disconnect=body.on_disconnect is OnDisconnect.cancel,
+        headers={"Location": f"{path}/stream", "Content-Location": path},
+    )
+
+
+def _wait_new(gw: Gateway, record: RunRecord, body: RunCreate, path: str, result: Awaitable[Any]) -> Response:
+    return json_when_done(
+        gw, result, cancel_run_id=record.run_id if body.on_disconnect is OnDisconnect.cancel else None,
+        headers={"Location": f"{path}/join", "Content-Location": path},
+    )
+
+
+def _join(gw: Gateway, record: RunRecord, path: str, cancel_on_disconnect: bool) -> Response:
+    return json_when_done(
+        gw, _result_after_end(gw, record.run_id),
+        cancel_run_id=record.run_id if cancel_on_disconnect else None,
+        headers={"Location": f"{path}/join"},
+    )
+
+
+def _join_stream(
+    gw: Gateway, record: RunRecord, stream_mode: list[str] | None, cancel_on_disconnect: bool,
+    last_event_id: str | None,
+) -> Response:
+    """Without ``Last-Event-ID`` a join gets only what is published after it joined."""
+    return event_stream(
+        gw, record.run_id, modes=_modes(stream_mode, record), last_event_id=last_event_id or LIVE,
+        cancel_on_disconnect=cancel_on_disconnect,
+    )
+
+
+# -- thread runs -----------------------------------------------------------------------------------
+@router.post("/threads/{thread_id}/runs")
+async def create_run(thread_id: str, body: RunCreate, gw: GW, response: Response) -> dict[str, Any]:
+    record = await _admit(gw, body, thread_id, must_exist=True)
+    response.headers["Content-Location"] = _run_path(record)
+    return run_json(record)
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+async def stream_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+    record = await _admit(gw, body, thread_id, must_exist=True)
+    return _stream_new(gw, record, body, _run_path(record))
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+    record = await _admit(gw, body, thread_id, must_exist=True)
+    return _wait_new(gw, record, body, _run_path(record), _result_after_end(gw, record.run_id))
+
+
+@router.get("/threads/{thread_id}/runs")
+async def list_runs(
+    thread_id: str,
+    gw: GW,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status: RunStatus | None = None,
+    select: Annotated[list[str] | None, Query()] = None,
+) -> list[dict[str, Any]]:
+    await gw.thread(thread_id)
+    records = await gw.runtime.store.list_runs(
+        thread_id, statuses=[status] if status else None, limit=limit, offset=offset
+    )
+    runs = [run_json(r) for r in records]
+    return [{k: v for k, v in run.items() if k in select} for run in runs] if select else runs
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+async def get_run(thread_id: str, run_id: str, gw: GW) -> dict[str, Any]:
+    return run_json(await gw.run(run_id, thread_id))
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
+async def delete_run(thread_id: str, run_id: str, gw: GW) -> Response:
+    await gw.run(run_id, thread_id)
+    if not await gw.runtime.manager.delete_run(run_id):  # raises ConflictError while active
+        raise NotFound(f"Run {run_id} not found")
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel")
+async def cancel_run(
+    thread_id: str,
+    run_id: str,
+    gw: GW,
+    wait: bool = False,
+    action: CancelAction = "interrupt",
+    reason: str | None = None,
+) -> Response:
+    record = await gw.run(run_id, thread_id)
+    outcome = await gw.runtime.manager.cancel(
+        run_id, action, source="gateway", detail=reason or "cancelled by request"
+    )
+    if outcome is CancelOutcome.not_found:
+        raise NotFound(f"Run {run_id} not found")
+    if outcome is CancelOutcome.already_finished:
+        raise ConflictError(f"Run {run_id} already finished (status {record.status.value}); nothing to cancel")
+    if outcome is CancelOutcome.not_owned:
+        raise ConflictError(f"Run {run_id} is running in another process and cannot be cancelled from this one")
+    if not wait:
+        return Response(status_code=202)
+    path = _run_path(record)
+    return json_when_done(gw, _result_after_end(gw, run_id), headers={"Location": f"{path}/join"})
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+async def join_run(thread_id: str, run_id: str, gw: GW, cancel_on_disconnect: bool = False) -> Response:
+    record = await gw.run(run_id, thread_id)
+    return _join(gw, record, _run_path(record), cancel_on_disconnect)
+
+
+@router.api_route("/threads/{thread_id}/runs/{run_id}/stream", methods=["GET", "POST"])
+async def join_stream(
+    thread_id: str,
+    run_id: str,
+    gw: GW,
+    stream_mode: StreamModes = None,
+    cancel_on_disconnect: bool = False,
+    last_event_id: LastEventId = None,
+) -> Response:
+    record = await gw.run(run_id, thread_id)
+    return _join_stream(gw, record, stream_mode, cancel_on_disconnect, last_event_id)
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/journal")
+async def run_journal(
+    thread_id: str,
+    run_id: str,
+    gw: GW,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    kind: Annotated[list[str] | None, Query()] = None,
+) -> list[dict[str, Any]]:
+    """AgentKeel: the run's journal in ``seq`` order (``kind`` filters; repeat it for several)."""
+    await gw.run(run_id, thread_id)
+    events = await gw.runtime.journal.list(run_id, after_seq=after_seq, limit=limit, kinds=kind or None)
+    return [event.to_dict() for event in events]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/changes")
+async def run_changes(thread_id: str, run_id: str, gw: GW) -> list[dict[str, Any]]:
+    """AgentKeel: files the run changed, each with the tool call and journal seq that changed it."""
+    await gw.run(run_id, thread_id)
+    events = await gw.runtime.journal.list(run_id, kinds=["file.changed"])
+    return [{**event.data, "seq": event.seq} for event in events]
+
+
+# -- stateless runs --------------------------------------------------------------------------------
+@router.post("/runs")
+async def create_stateless_run(body: StatelessRunCreate, gw: GW, response: Response) -> dict[str, Any]:
+    record, _cleanup = await _admit_stateless(gw, body)
+    response.headers["Content-Location"] = _run_path(record, stateless=True)
+    return run_json(record)
+
+
+@router.post("/runs/stream")
+async def stream_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+    record, _cleanup = await _admit_stateless(gw, body)
+    return _stream_new(gw, record, body, _run_path(record, stateless=True))
+
+
+@router.post("/runs/wait")
+async def wait_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+    record, cleanup = await _admit_stateless(gw, body)
+    result = _shielded(cleanup) if cleanup is not None else _result_after_end(gw, record.run_id)
+    return _wait_new(gw, record, body, _run_path(record, stateless=True), result)
+
+
+@router.post("/runs/cancel", status_code=204)
+async def cancel_runs(body: RunsCancel, gw: GW, action: CancelAction = "interrupt") -> Response:
+    """Cancel several runs: ``{thread_id[, run_ids]}``, ``{run_ids}`` or ``{status}``. 404 when
+    nothing was cancelled."""
+    if body.status is not None and (body.thread_id or body.run_ids):
+        raise RequestError("status", "give either status or thread_id/run_ids, not both")
+    store = gw.runtime.store
+    if body.status is not None:
+        statuses = [RunStatus.pending, RunStatus.running] if body.status == "all" else [RunStatus(body.status)]
+        run_ids = [r.run_id for r in await _all_runs(gw, statuses)]
+    elif body.run_ids:
+        run_ids = [r for r in body.run_ids if await _belongs(gw, r, body.thread_id)]
+    elif body.thread_id:
+        run_ids = [r.run_id for r in await store.active_runs(body.thread_id)]
+    else:
+        raise RequestError("thread_id", "give thread_id (and optionally run_ids), run_ids, or status")
+    cancelled = 0
+    for run_id in run_ids:
+        outcome = await gw.runtime.manager.cancel(run_id, action, source="gateway", detail="cancelled by request")
+        cancelled += outcome is CancelOutcome.cancelled
+    if not cancelled:
+        raise NotFound("No matching runs to cancel.")
+    return Response(status_code=204)
+
+
+async def _belongs(gw: Gateway, run_id: str, thread_id: str | None) -> bool:
+    record = await gw.runtime.store.get(run_id)
+    return record is not None and thread_id in (None, record.thread_id)
+
+
+async def _all_runs(gw: Gateway, statuses: list[RunStatus], page: int = 500) -> list[RunRecord]:
+    """Every run in ``statuses``, collected before any is cancelled (cancelling moves them)."""
+    found: list[RunRecord] = []
+    while True:
+        batch = await gw.runtime.store.list_runs(statuses=statuses, limit=page, offset=len(found))
+        found.extend(batch)
+        if len(batch) < page:
+            return found
+
+
+@router.get("/runs/{run_id}")
+async def get_stateless_run(run_id: str, gw: GW) -> dict[str, Any]:
+    return run_json(await gw.run(run_id))
+
+
+@router.get("/runs/{run_id}/join")
+async def join_stateless_run(run_id: str, gw: GW, cancel_on_disconnect: bool = False) -> Response:
+    record = await gw.run(run_id)
+    return _join(gw, record, _run_path(record, stateless=True), cancel_on_disconnect)
+
+
+@router.api_route("/runs/{run_id}/stream", methods=["GET", "POST"])
+async def join_stateless_stream(
+    run_id: str,
+    gw: GW,
+    stream_mode: StreamModes = None,
+    cancel_on_disconnect: bool = False,
+    last_event_id: LastEventId = None,
+) -> Response:
+    record = await gw.run(run_id)
+    return _join_stream(gw, record, stream_mode, cancel_on_disconnect, last_event_id)

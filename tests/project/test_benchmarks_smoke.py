@@ -1,0 +1,52 @@
+"""The benchmarks still run: ``benchmarks/run_overhead.py`` end to end at a tiny size.
+
+Only that the code works is checked (every variant runs, its checks of the run hold, the report
+prints), never how fast: timings on a shared test machine prove nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from agentkeel.runtime.checkpoints import mode as mode_module
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Import a benchmark script by path (``benchmarks/`` is not a package)."""
+    module_name = f"agentkeel_benchmark_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, module_name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_overhead_at_five_steps(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # open_runtime freezes the checkpoint mode for the process; undo that when the test ends.
+    monkeypatch.setattr(mode_module, "_frozen", None)
+    bench = _load("run_overhead", monkeypatch)
+    result = bench.main(
+        ["--steps", "5", "--repeat", "1", "--breakdown", "always", "--bytes-messages", "10", "--profile"]
+    )
+    out = capsys.readouterr().out
+    for expected in ("ratio runtime/bare", "where the extra time goes", "checkpoint bytes", "cProfile"):
+        assert expected in out, out
+    variants = bench.HEADLINE + bench.BREAKDOWN
+    assert set(result["results"]) == {v.key for v in variants}
+    assert all(len(s.samples) == 1 and s.wall_ms > 0 for s in result["results"].values())
+    assert result["ratio"] > 0
+    assert [row["mode"] for row in result["checkpoint_bytes"]] == ["full", "delta"]
+    assert all(row["messages"] == 10 and row["total_bytes"] > 0 for row in result["checkpoint_bytes"])
+
+
+def test_checkpoint_bytes_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = _load("checkpoint_bytes", monkeypatch).measure_checkpoint_bytes("full", 6, message_chars=50)
+    assert row["steps"] == 3 and len(row["per_step"]) == 3 and row["total_bytes"] > 0
