@@ -19,11 +19,7 @@ from typing import Any
 from langgraph.store.base import BaseStore, TTLConfig
 from langgraph.store.memory import InMemoryStore
 
-from agentkeel.runtime.checkpoints.savers import (
-    PG_POOL_MAX_SIZE,
-    SQLITE_BUSY_TIMEOUT_MS,
-    _sqlite_path,
-)
+from agentkeel.runtime.langgraph_db import parse_database_url, postgres_pool, sqlite_connection
 
 SWEEP_INTERVAL_MINUTES = 5
 TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_INTERVAL_MINUTES}
@@ -36,23 +32,15 @@ async def open_kv_store(database_url: str) -> AsyncIterator[BaseStore]:
     ``memory://`` → ``InMemoryStore``; ``sqlite:///path`` → ``AsyncSqliteStore``;
     ``postgresql://`` → ``AsyncPostgresStore`` on a connection pool.
     """
-    scheme, sep, rest = database_url.partition("://")
-    if not sep:
-        raise ValueError(f"not a database URL: {database_url!r}")
-    scheme = scheme.lower()
-    if scheme == "memory":
+    backend, target = parse_database_url(database_url, "store")
+    if backend == "memory":
         yield InMemoryStore()
-    elif scheme in ("sqlite", "sqlite+aiosqlite"):
-        async with _open_sqlite(_sqlite_path(database_url, rest)) as store:
-            yield store
-    elif scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        async with _open_postgres(f"postgresql://{rest}") as store:
+    elif backend == "sqlite":
+        async with _open_sqlite(target) as store:
             yield store
     else:
-        raise ValueError(
-            f"unsupported store database scheme {scheme!r} in {database_url!r} "
-            "(use memory://, sqlite:///path or postgresql://...)"
-        )
+        async with _open_postgres(target) as store:
+            yield store
 
 
 @asynccontextmanager
@@ -74,15 +62,9 @@ async def _sweeping(store: Any) -> AsyncIterator[None]:
 
 @asynccontextmanager
 async def _open_sqlite(path: str) -> AsyncIterator[BaseStore]:
-    from pathlib import Path
-
-    import aiosqlite
     from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    async with aiosqlite.connect(path, isolation_level=None) as conn:
-        await conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        await conn.execute("PRAGMA journal_mode = WAL")
+    async with sqlite_connection(path, isolation_level=None) as conn:
         store = AsyncSqliteStore(conn, ttl=TTL)
         # The class implements TTLs (expiry on write, sweeping) but inherits BaseStore's
         # ``supports_ttl = False`` ahead of its SQLite base's True, so ``aput(ttl=...)`` would refuse.
@@ -95,26 +77,12 @@ async def _open_sqlite(path: str) -> AsyncIterator[BaseStore]:
 @asynccontextmanager
 async def _open_postgres(url: str) -> AsyncIterator[BaseStore]:
     from langgraph.store.postgres.aio import AsyncPostgresStore
-    from psycopg import AsyncConnection
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
 
-    pool: AsyncConnectionPool[AsyncConnection[dict[str, Any]]] = AsyncConnectionPool(
-        url,
-        min_size=1,
-        max_size=PG_POOL_MAX_SIZE,
-        open=False,
-        check=AsyncConnectionPool.check_connection,
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-    )
-    await pool.open(wait=True)
-    try:
+    async with postgres_pool(url) as pool:
         store = AsyncPostgresStore(pool, ttl=TTL)
         await store.setup()
         async with _sweeping(store):
             yield store
-    finally:
-        await pool.close()
 
 
 __all__ = ["open_kv_store"]
