@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 from langgraph_sdk.errors import NotFoundError
 from server_support import KeelServer, collect, events, wait_until
 
@@ -80,7 +79,6 @@ async def test_stateless_stream_location_header(keel_server: KeelServer) -> None
     assert body.count("event: values") == 2
 
 
-@pytest.mark.parametrize("graph", ["hitl"])
-async def test_stateless_interrupt_reports_it(client: Any, graph: str) -> None:
-    body = await client.runs.wait(None, graph, input={})
+async def test_stateless_interrupt_reports_it(client: Any) -> None:
+    body = await client.runs.wait(None, "hitl", input={})
     assert body["__interrupt__"][0]["value"] == {"question": "approve?"}

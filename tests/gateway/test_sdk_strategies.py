@@ -89,7 +89,7 @@ async def test_interrupt_keeps_the_old_runs_checkpoints(client: Any) -> None:
     assert await _run_ids_in_history(client, tid) == [first, (await client.runs.list(tid))[0]["run_id"]]
 
 
-async def test_rollback_deletes_the_old_run_and_its_checkpoints(client: Any) -> None:
+async def test_rollback_deletes_the_old_run_and_restores_the_state(client: Any) -> None:
     tid = (await client.threads.create())["thread_id"]
     await client.runs.wait(tid, "echo", input={"steps": 1})
     before = await _run_ids_in_history(client, tid)

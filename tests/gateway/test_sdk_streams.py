@@ -94,6 +94,15 @@ async def test_all_modes_together(client: Any) -> None:
     assert set(events(parts)) == {"metadata", *modes}
 
 
+async def test_events_mode_over_http(client: Any) -> None:
+    _, parts = await _stream(client, "echo", {"steps": 1, "custom": 1}, stream_mode=["events", "custom"])
+    assert parts[0].event == "metadata" and set(events(parts)) == {"metadata", "events", "custom"}
+    langchain = [p.data for p in parts if p.event == "events"]
+    assert langchain[0]["event"] == "on_chain_start" and langchain[-1]["event"] == "on_chain_end"
+    assert any(e["event"] == "on_chain_start" and e["name"] == "step" for e in langchain)
+    assert [p.data for p in parts if p.event == "custom"] == [{"step": 0, "j": 0}]
+
+
 async def test_messages_tuple(client: Any) -> None:
     _, parts = await _stream(client, "chat", HUMAN, stream_mode="messages-tuple")
     assert parts[0].event == "metadata" and set(events(parts[1:])) == {"messages"}

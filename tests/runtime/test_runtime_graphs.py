@@ -168,3 +168,19 @@ async def test_delta_mode_runs_keep_the_whole_history(keel: Keel) -> None:
         assert "messages" in raw.metadata["counters_since_delta_snapshot"]
         ids = [m.id for m in snapshot.values["messages"]]
         assert len(set(ids)) == len(ids)
+
+
+async def test_events_mode_streams_langchain_events_beside_the_requested_modes(keel: Keel) -> None:
+    async with keel.open(_graph_config(keel)) as rt:
+        thread = new_thread_id("events")
+        run = await run_to_end(rt, thread, {"topic": "events"}, assistant_id="compiled_graph",
+                               stream_mode=["events", "custom"])
+        assert run.status == RunStatus.success, run.error
+        items = await stream_events(rt, run.run_id)
+        events = [e.data for e in data_events(items, "events")]
+        kinds = [e["event"] for e in events]
+        assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end"
+        assert any(e["event"] == "on_chain_start" and e["name"] == "act" for e in events)
+        # The requested graph mode still arrives once per chunk; unrequested modes do not.
+        assert [e.data["stage"] for e in data_events(items, "custom")] == ["plan", "act"]
+        assert data_events(items, "values") == []

@@ -20,7 +20,9 @@ from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
 
-STREAM_MODES = frozenset({"values", "updates", "messages", "messages-tuple", "custom", "debug", "tasks", "checkpoints"})
+STREAM_MODES = frozenset(
+    {"values", "updates", "messages", "messages-tuple", "custom", "debug", "tasks", "checkpoints", "events"}
+)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 # Keys of the trusted runtime context; a caller can never set them.
 RESERVED_CONTEXT_KEYS = frozenset({"thread_id", "run_id", "user", "user_id", "attempt"})

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,14 +218,8 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
     memo: Memo = {}
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
-            async for item in graph.astream(
-                prepared.graph_input, config, context=context,
-                stream_mode=modes, subgraphs=prepared.request.stream_subgraphs,
-                **prepared.stream_options,
-            ):
-                namespace, mode, chunk = item if len(item) == 3 else ((), *item)
-                name = mode if not namespace else f"{mode}|{'|'.join(namespace)}"
-                await deps.bridge.publish(run_id, name, to_jsonable(chunk, memo))
+            async for name, data in _chunks(graph, prepared, config, context, modes):
+                await deps.bridge.publish(run_id, name, to_jsonable(data, memo))
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both
@@ -235,6 +229,37 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
         if deadline.expired():
             exc._agentkeel_run_timeout = True  # type: ignore[attr-defined]
         raise
+
+
+async def _chunks(
+    graph: Any, prepared: Any, config: Any, context: RunContext, modes: list[str]
+) -> AsyncIterator[tuple[str, Any]]:
+    """``(event name, data)`` for every chunk of the requested modes.
+
+    The ``events`` mode is LangChain's ``astream_events`` (v2), which is not a LangGraph stream
+    mode: the graph is then driven through ``astream_events``, whose root ``on_chain_stream``
+    events carry the ordinary stream chunks, so both kinds are published from one execution.
+    """
+    graph_modes = [m for m in modes if m != "events"] or ["values"]
+    kwargs = dict(
+        context=context, stream_mode=graph_modes,
+        subgraphs=prepared.request.stream_subgraphs, **prepared.stream_options,
+    )
+    if "events" not in modes:
+        async for item in graph.astream(prepared.graph_input, config, **kwargs):
+            yield _chunk_name(item)
+        return
+    async for event in graph.astream_events(prepared.graph_input, config, version="v2", **kwargs):
+        if event["event"] == "on_chain_stream" and not event.get("parent_ids"):
+            name, data = _chunk_name(event["data"]["chunk"])
+            if name.split("|", 1)[0] in modes:
+                yield name, data
+        yield "events", event
+
+
+def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:
+    namespace, mode, chunk = item if len(item) == 3 else ((), *item)
+    return (mode if not namespace else f"{mode}|{'|'.join(namespace)}"), chunk
 
 
 async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: BaseException) -> None:
