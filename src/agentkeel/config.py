@@ -76,6 +76,7 @@ class KeelConfig(_Strict):
     data_dir: str = "./.agentkeel"
     database: str | None = None  # default: sqlite:///<data_dir>/keel.db
     stream: str = "memory"  # or redis://host:port/db
+    stream_prefix: str = "agentkeel"  # Redis key namespace, so deployments can share one Redis
     checkpoint_mode: Literal["full", "delta"] = "full"
     models: list[ModelConfig] = Field(default_factory=list)
     assistants: list[AssistantConfig] = Field(default_factory=list)

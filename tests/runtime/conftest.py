@@ -6,9 +6,9 @@ is memory:// with the memory bridge. PostgreSQL and Redis come from the session 
 under ``AGENTKEEL_REQUIRE_SERVICES=1``) exactly where they are used.
 
 Isolation: each test gets its own SQLite file and data directory (``tmp_path``); on the shared
-PostgreSQL database tests use unique thread ids (run ids are UUIDs). ``open_runtime`` has no way
-to pass the Redis key prefix to ``open_bridge``, so ``keel`` wraps ``open_bridge`` with the test's
-``redis_prefix`` and deletes the test's keys afterwards.
+PostgreSQL database tests use unique thread ids (run ids are UUIDs). Whatever ``stream_prefix`` a
+test's config names, ``keel`` wraps ``open_bridge`` so Redis keys use the test's own
+``redis_prefix``, and deletes the test's keys afterwards.
 
 The checkpoint mode is frozen per process; ``keel`` un-freezes it for the test (and restores the
 previous value after), so each test's config decides its mode, delta included.
@@ -16,7 +16,6 @@ previous value after), so each test's config decides its mode, delta included.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -51,7 +50,10 @@ async def keel(
     prefix = None
     if keel_backend.stream == "redis":
         prefix = request.getfixturevalue("redis_prefix")
-        monkeypatch.setattr(runtime_module, "open_bridge", functools.partial(open_bridge, prefix=prefix))
+        def isolated(*args: object, **kwargs: object) -> object:
+            return open_bridge(*args, **{**kwargs, "prefix": prefix})  # type: ignore[arg-type]
+
+        monkeypatch.setattr(runtime_module, "open_bridge", isolated)
     yield Keel(keel_backend, tmp_path)
     if prefix is not None:
         from redis.asyncio import Redis

@@ -119,3 +119,25 @@ async def test_persistent_read_errors_raise_after_bounded_retries(
         async with asyncio.timeout(5), aclosing(bridge.subscribe("r")) as items:
             await anext(items)
     assert calls == READ_RETRIES + 1
+
+
+async def test_the_configured_stream_prefix_namespaces_a_runtime_keys(
+    redis_url: str, redis_prefix: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentkeel.config import KeelConfig
+    from agentkeel.runtime.checkpoints import mode as mode_module
+    from agentkeel.runtime.runtime import open_runtime
+
+    monkeypatch.setattr(mode_module, "_frozen", None)
+    config = KeelConfig(
+        data_dir=str(tmp_path / "data"), database="memory://", stream=redis_url,
+        stream_prefix=redis_prefix, base_dir=tmp_path,
+    )
+    client = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with open_runtime(config) as rt:
+            await rt.bridge.publish("run-prefix", "custom", {"n": 1})
+            assert await client.exists(f"{redis_prefix}:stream:run-prefix") == 1
+            await rt.bridge.delete("run-prefix")
+    finally:
+        await client.aclose()

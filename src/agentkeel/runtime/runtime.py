@@ -74,7 +74,7 @@ async def open_runtime(
     store, journal = await open_stores(config.database_url)
     bridge = open_bridge(
         config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
-        heartbeat_s=limits.stream_heartbeat_s,
+        heartbeat_s=limits.stream_heartbeat_s, prefix=config.stream_prefix,
     )
     assistants: AssistantStore | None = None
     try:
