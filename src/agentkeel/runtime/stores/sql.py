@@ -33,7 +33,7 @@ from agentkeel.runtime.stores.common import (
     require_terminal,
     require_thread_status,
 )
-from agentkeel.runtime.stores.sql_engine import SqlDatabase, is_unique_violation
+from agentkeel.runtime.stores.sql_engine import SqlBacked, is_unique_violation
 from agentkeel.runtime.stores.sql_schema import journal, runs, threads
 
 _RUN_COLUMNS = [c for c in runs.c if c.name != "queue_seq"]
@@ -122,16 +122,7 @@ def _fenced_update(run_id: str, attempt: int, *statuses: str) -> Update:
     )
 
 
-class SqlRunStore(RunStore):
-    def __init__(self, db: SqlDatabase) -> None:
-        self._db = db
-
-    async def setup(self) -> None:
-        await self._db.setup()
-
-    async def close(self) -> None:
-        await self._db.close()
-
+class SqlRunStore(SqlBacked, RunStore):
     async def _lock_thread(
         self, conn: AsyncConnection, thread_id: str, now: datetime
     ) -> RowMapping:

@@ -41,7 +41,7 @@ from agentkeel.runtime.assistants import (
     check_metadata_filter,
 )
 from agentkeel.runtime.records import utcnow
-from agentkeel.runtime.stores.sql_engine import SqlDatabase
+from agentkeel.runtime.stores.sql_engine import SqlBacked
 from agentkeel.runtime.stores.sql_schema import assistant_versions, assistants
 
 _VERSION_FIELDS = ("graph_id", "config", "context", "metadata", "name", "description")
@@ -84,16 +84,7 @@ async def _one(conn: AsyncConnection, statement: Any) -> RowMapping | None:
     return (await conn.execute(statement)).mappings().first()
 
 
-class SqlAssistantStore(AssistantStore):
-    def __init__(self, db: SqlDatabase) -> None:
-        self._db = db
-
-    async def setup(self) -> None:
-        await self._db.setup()
-
-    async def close(self) -> None:
-        await self._db.close()
-
+class SqlAssistantStore(SqlBacked, AssistantStore):
     def _metadata_filter(self, table: Table, metadata: dict[str, Any] | None) -> list[ColumnElement[bool]]:
         check_metadata_filter(metadata)
         column = table.c.metadata

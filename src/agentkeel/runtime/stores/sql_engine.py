@@ -202,3 +202,16 @@ class SqlDatabase:
         """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in this database's dialect."""
         insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
         return insert(table).on_conflict_do_nothing(index_elements=list(keys))
+
+
+class SqlBacked:
+    """What every SQL store shares: the database it runs on, its migrations and its engine."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    async def setup(self) -> None:
+        await self._db.setup()
+
+    async def close(self) -> None:
+        await self._db.close()

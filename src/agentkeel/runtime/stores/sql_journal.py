@@ -12,7 +12,7 @@ from sqlalchemy.engine import RowMapping
 
 from agentkeel.runtime.records import utcnow
 from agentkeel.runtime.stores.base import JournalEvent, JournalStore
-from agentkeel.runtime.stores.sql_engine import SqlDatabase
+from agentkeel.runtime.stores.sql_engine import SqlBacked
 from agentkeel.runtime.stores.sql_schema import journal
 
 
@@ -28,16 +28,7 @@ def _to_event(row: RowMapping) -> JournalEvent:
     )
 
 
-class SqlJournalStore(JournalStore):
-    def __init__(self, db: SqlDatabase) -> None:
-        self._db = db
-
-    async def setup(self) -> None:
-        await self._db.setup()
-
-    async def close(self) -> None:
-        await self._db.close()
-
+class SqlJournalStore(SqlBacked, JournalStore):
     async def append(self, events: list[JournalEvent]) -> None:
         """Insert the batch in one transaction; a ``(run_id, seq)`` already stored is skipped."""
         if not events:
