@@ -19,6 +19,7 @@ from langgraph.types import Command, Send
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
+from agentkeel.runtime.serialization import to_jsonable
 
 STREAM_MODES = frozenset(
     {"values", "updates", "messages", "messages-tuple", "custom", "debug", "tasks", "checkpoints", "events"}
@@ -78,15 +79,15 @@ class PreparedRun:
         """The request as stored on the run record (JSON-safe)."""
         r = self.request
         return {
-            "input": _jsonable(r.input),
-            "config": _jsonable(r.config or {}),
-            "context": _jsonable(self.caller_context),
+            "input": to_jsonable(r.input),
+            "config": to_jsonable(r.config or {}),
+            "context": to_jsonable(self.caller_context),
             "stream_mode": self.stream_modes,
             "stream_subgraphs": r.stream_subgraphs,
             "model_name": self.assistant.model_name,
             "timeout_s": self.timeout_s,
-            "command": _jsonable(r.command),
-            "checkpoint": _jsonable(r.checkpoint),
+            "command": to_jsonable(r.command),
+            "checkpoint": to_jsonable(r.checkpoint),
             "interrupt_before": r.interrupt_before,
             "interrupt_after": r.interrupt_after,
             "durability": r.durability,
@@ -251,9 +252,3 @@ def _run_config(request: RunRequest, limits: Limits) -> RunnableConfig:
         raise RequestError("metadata", "must be an object")
     config["metadata"] = {**metadata, **request.metadata}
     return config  # type: ignore[return-value]
-
-
-def _jsonable(value: Any) -> Any:
-    from agentkeel.runtime.serialization import to_jsonable
-
-    return to_jsonable(value)
