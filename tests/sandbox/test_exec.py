@@ -24,7 +24,7 @@ def alive(pid: int) -> bool:
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # it exited between the open and the read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
