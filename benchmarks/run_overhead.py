@@ -70,6 +70,7 @@ PROMPT = "List the workspace once per step, then say you are done."
 MODEL_NAME = "bench"
 WARMUP_MODEL = "warmup"
 WARMUP_STEPS = 2
+WORKLOAD_CAP = 1_000_000
 
 # One step = one model turn that calls ``ls`` (then the tool node answers it). Explicit usage keeps
 # token estimation out of the measurement; strict checking is on, as in every AgentKeel script.
@@ -120,7 +121,15 @@ def bench_config(
             ModelConfig(name=MODEL_NAME, use="scripted", script=str(write_script(directory, steps))),
             ModelConfig(name=WARMUP_MODEL, use="scripted", script=str(write_script(directory, WARMUP_STEPS))),
         ],
-        limits=Limits(recursion_limit=limit, max_recursion_limit=max(1000, limit)),
+        limits=Limits(
+            recursion_limit=limit, max_recursion_limit=max(1000, limit),
+            # The workload repeats one cheap call on purpose: lift the guards that would (rightly)
+            # stop it, so the run is as long as asked. They still run on every step.
+            loop_detection={"warn_threshold": WORKLOAD_CAP, "hard_limit": WORKLOAD_CAP, "window_size": WORKLOAD_CAP,
+                            "tool_freq_warn": WORKLOAD_CAP, "tool_freq_hard_limit": WORKLOAD_CAP},
+            turn_limit={"max_turns": WORKLOAD_CAP},
+            tool_progress={"stagnation_threshold": WORKLOAD_CAP},
+        ),
         base_dir=directory,
     )
 

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentkeel.limits import Limits
+
 BUNDLED_SCRIPTS = Path(__file__).parent / "harness" / "scripts"
 
 
@@ -42,21 +44,9 @@ class AssistantConfig(_Strict):
     model: str | None = None  # defaults to the first model
     system_prompt: str | None = None
     tools: list[str] | None = None  # default: every built-in tool that is enabled
-
-
-class Limits(_Strict):
-    """Budgets, bounds and timeouts of the control plane (guards add theirs in later issues)."""
-
-    run_timeout_s: Annotated[float, Field(gt=0)] = 1800.0
-    recursion_limit: Annotated[int, Field(ge=1)] = 100
-    max_recursion_limit: Annotated[int, Field(ge=1)] = 1000
-    bash_timeout_s: Annotated[float, Field(gt=0)] = 60.0
-    bash_output_cap: Annotated[int, Field(ge=256)] = 32_000
-    snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
-    snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
-    stream_retention: Annotated[int, Field(ge=1)] = 10_000
-    stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
-    stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
+    # Extra LangChain middleware, "module:Class" (zero-argument constructor). Placed by the chain
+    # builder from its contract, or conservatively when it declares none.
+    middleware: list[str] = Field(default_factory=list)
 
 
 class ToolsConfig(_Strict):

@@ -50,7 +50,9 @@ def test_demo_runs_to_a_clean_ledger_and_runs_show_reads_it_back(workdir: Path) 
 
 def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledger(workdir: Path) -> None:
     (workdir / "fail.yaml").write_text("agents:\n  lead:\n    - raise: {kind: server_error, message: boom}\n")
-    (workdir / "keel.yaml").write_text("models: [{name: failing, use: scripted, script: fail.yaml}]\n")
+    (workdir / "keel.yaml").write_text(
+        "models: [{name: failing, use: scripted, script: fail.yaml}]\nlimits: {llm_retry: {max_attempts: 1}}\n"
+    )
     result = keel("run", "hello", "--config", "keel.yaml", "--json", cwd=workdir)
     assert result.returncode == 1
     ledger = json.loads(result.stdout)

@@ -108,6 +108,12 @@ def call(name: str, call_id: str | None = None, **args: Any) -> dict[str, Any]:
     return out
 
 
+# For tests about something else (rollback, lifecycle accounting) whose scripts edit files they
+# never read: the read-before-write gate would rightly refuse those edits.
+UNGATED = {"read_before_write": {"enabled": False}}
+# For tests about how a provider failure is reported: one attempt, no retry backoff.
+NO_RETRY = {"llm_retry": {"max_attempts": 1}}
+
 # Shared scripts: each run replays its model's script from turn 1.
 FAST = [turn("All done.", usage=(10, 2))]
 SLOW = [turn("Too late.", delay_ms=20_000)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from runtime_support import (
+    UNGATED,
     FAST,
     FULL_MATRIX,
     Keel,
@@ -106,7 +107,7 @@ async def test_cancel_with_rollback_restores_files_and_checkpoints_and_deletes_t
                  call("str_replace", "call_edit", path="/workspace/keep.txt", old="original", new="edited")),
             turn("Never said.", delay_ms=20_000),
         ],
-    })
+    }, limits=UNGATED)
     thread = new_thread_id("cancelrb")
     root = workspace(config, thread)
     (root / "keep.txt").write_text("original\n")

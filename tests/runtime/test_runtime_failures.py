@@ -181,15 +181,22 @@ async def test_the_wall_clock_limit_ends_the_run_with_timeout(keel: Keel) -> Non
 
 @backend_matrix(LIGHT_MATRIX)
 async def test_a_provider_timeout_is_an_error_not_a_run_timeout(keel: Keel) -> None:
-    config = keel.config({"flaky": [{"raise": {"kind": "timeout", "message": "upstream read timed out"}}]})
+    # A provider timeout is retried (LLMErrorHandling), and once the attempts run out the run ends
+    # `error` with a message saying so — never `timeout`, which is the run's own wall-clock limit.
+    config = keel.config(
+        {"flaky": [{"raise": {"kind": "timeout", "message": "upstream read timed out"}, "repeat": "forever"}]},
+        limits={"llm_retry": {"max_attempts": 2, "base_delay_ms": 0, "max_delay_ms": 0}},
+    )
     async with keel.open(config) as rt:
         run = await run_to_end(rt, new_thread_id("ptimeout"), "hi")
         assert run.status == RunStatus.error
         assert run.stop_reasons == [] and run.stop_reason is None
-        assert "upstream read timed out" in str(run.error)
+        assert "upstream read timed out" in str(run.error) and "after 2 attempts" in str(run.error)
         events = await journal(rt, run.run_id)
-        (model_error,) = [e for e in events if e.kind == "model.error"]
-        assert model_error.data["error_type"] == "ScriptedTimeoutError"
+        errors = [e for e in events if e.kind == "model.error"]
+        assert [e.data["error_type"] for e in errors] == ["ScriptedTimeoutError"] * 2
+        retries = [e for e in events if e.kind == "intervention" and e.data["action"] == "retry"]
+        assert len(retries) == 1 and retries[0].data["middleware"] == "LLMErrorHandling"
         assert events[-1].kind == "run.end" and events[-1].data["status"] == "error"
         assert (await thread_status(rt, run.thread_id)) == "error"
 

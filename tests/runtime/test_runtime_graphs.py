@@ -138,7 +138,7 @@ async def test_delta_mode_runs_keep_the_whole_history(keel: Keel) -> None:
             "first": [turn("Noting it.", call("write_file", "call_n1", path="/workspace/n.md", content="1\n")),
                       turn("answer-one")],
             # Its first request must carry the previous run's answer: history is replayed from deltas.
-            "second": [turn("Noting more.", call("write_file", "call_n2", path="/workspace/n.md", content="2\n"),
+            "second": [turn("Noting more.", call("write_file", "call_n2", path="/workspace/m.md", content="2\n"),
                             expect={"contains": "answer-one"}),
                        turn("answer-two")],
         },
@@ -157,7 +157,7 @@ async def test_delta_mode_runs_keep_the_whole_history(keel: Keel) -> None:
         assert describe(snapshot.values["messages"]) == [
             ("human", "question one"), ("ai", "Noting it."), ("tool", "Wrote 2 bytes to /workspace/n.md"),
             ("ai", "answer-one"),
-            ("human", "question two"), ("ai", "Noting more."), ("tool", "Wrote 2 bytes to /workspace/n.md"),
+            ("human", "question two"), ("ai", "Noting more."), ("tool", "Wrote 2 bytes to /workspace/m.md"),
             ("ai", "answer-two"),
         ]
         assert dict(snapshot.metadata)[MODE_METADATA_KEY] == "delta"

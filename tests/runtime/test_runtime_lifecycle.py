@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import pairwise
 
 from runtime_support import (
+    UNGATED,
     FULL_MATRIX,
     Keel,
     backend_matrix,
@@ -52,7 +53,7 @@ def _tally(pairs: list[tuple[int, int]]) -> dict[str, int]:
 
 
 async def test_happy_path_two_tool_turns_and_a_final_answer(keel: Keel) -> None:
-    config = keel.config({"scripted-m": HAPPY})
+    config = keel.config({"scripted-m": HAPPY}, limits=UNGATED)
     thread = new_thread_id("happy")
     (workspace(config, thread) / "notes.txt").write_text(NOTES_BEFORE)
 

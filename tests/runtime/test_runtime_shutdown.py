@@ -6,6 +6,7 @@ import time
 
 import pytest
 from runtime_support import (
+    NO_RETRY,
     FAST,
     LIGHT_MATRIX,
     SLOW,
@@ -71,7 +72,7 @@ async def test_bookkeeping_is_bounded_by_what_is_in_flight(keel: Keel) -> None:
     config = keel.config({
         "fast": FAST,
         "broken": [{"raise": {"kind": "server_error", "message": "boom"}}],
-    })
+    }, limits=NO_RETRY)
     async with keel.open(config) as rt:
         threads = [new_thread_id("many"), new_thread_id("many")]
         records = []

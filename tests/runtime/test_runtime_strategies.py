@@ -7,6 +7,7 @@ from itertools import pairwise
 
 import pytest
 from runtime_support import (
+    UNGATED,
     FAST,
     FULL_MATRIX,
     SLOW,
@@ -138,7 +139,7 @@ async def test_interrupt_stops_the_older_run_and_keeps_its_checkpoints(keel: Kee
 
 async def test_rollback_undoes_the_older_run_and_deletes_it(keel: Keel) -> None:
     thread = new_thread_id("rollback")
-    config = keel.config({"fast": [turn("done")], "stuck": WRITER_THEN_STUCK})
+    config = keel.config({"fast": [turn("done")], "stuck": WRITER_THEN_STUCK}, limits=UNGATED)
     root = workspace(config, thread)
     (root / "keep.txt").write_text("original\n")
     async with keel.open(config) as rt:

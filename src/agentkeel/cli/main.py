@@ -1,4 +1,4 @@
-"""The ``keel`` command: run, demo, runs list|show, serve."""
+"""The ``keel`` command: run, demo, runs list|show, chain, serve."""
 
 from __future__ import annotations
 
@@ -152,6 +152,34 @@ def runs_show(
         print(json.dumps(ledger, indent=2, default=str))
     else:
         render_ledger(console, ledger)
+
+
+@app.command()
+def chain(
+    agent: Annotated[str, typer.Option("--agent", help="Assistant whose chain to print.")] = "lead",
+    kind: Annotated[str, typer.Option(help="Chain kind: lead, or subagent (the chain a subagent of this agent runs).")] = "lead",
+    config: ConfigOpt = None,
+) -> None:
+    """Print, as JSON, the checked middleware chain an agent's runs execute: per hook axis the
+    effective order, and every member's contract."""
+    from agentkeel.harness.agents import Harness, UnknownAssistant
+    from agentkeel.harness.middleware.catalog import build_agent_chain
+
+    cfg = _config(config)
+    if kind not in ("lead", "subagent"):
+        err.print(f"[red]--kind must be 'lead' or 'subagent', got {kind!r}[/]")
+        raise typer.Exit(2)
+    try:
+        harness = Harness(cfg, cfg.checkpoint_mode)
+        resolved = harness.resolve(agent)
+        if resolved.kind != "agent":
+            err.print(f"[red]{agent!r} is a user graph: it has no middleware chain[/]")
+            raise typer.Exit(2)
+        built = harness.chain(resolved) if kind == "lead" else build_agent_chain("subagent", cfg.limits)
+    except (UnknownAssistant, ValueError) as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    print(json.dumps(built.manifest(), indent=2))
 
 
 @app.command()

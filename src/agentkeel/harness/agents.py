@@ -8,8 +8,9 @@ behind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from langchain.agents import create_agent
 from langchain_core.runnables import RunnableConfig
@@ -17,7 +18,9 @@ from langgraph.pregel import Pregel
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.context import RunContext
-from agentkeel.harness.graphs import load_graph_target, materialize_graph
+from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_reference, materialize_graph
+from agentkeel.harness.middleware.catalog import build_agent_chain
+from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
@@ -48,6 +51,16 @@ class Harness:
         self._graphs = {
             name: load_graph_target(name, ref, config.base_dir) for name, ref in config.graphs.items()
         }
+        self._extra_middleware = {
+            a.assistant_id: [
+                _middleware_factory(f"assistants.{i}.middleware.{j}", ref, config)
+                for j, ref in enumerate(a.middleware)
+            ]
+            for i, a in enumerate(config.assistants)
+        }
+        # Build every assistant's chain once now: a chain that breaks a contract stops start-up.
+        for assistant in config.assistants:
+            self.chain(self.resolve(assistant.assistant_id))
 
     @property
     def assistant_ids(self) -> list[str]:
@@ -67,8 +80,25 @@ class Harness:
         self.models.check(name)
         return ResolvedAssistant(assistant_id, "agent", name)
 
+    def chain(self, resolved: ResolvedAssistant) -> Chain:
+        """A fresh, checked middleware chain for one run of an agent assistant (its guards keep
+        per-run state, so a chain is never shared between runs)."""
+        if resolved.kind != "agent" or resolved.model_name is None:
+            raise ValueError(f"{resolved.assistant_id!r} is a user graph; it has no middleware chain")
+        limits = self._config.limits
+        return build_agent_chain(
+            "lead",
+            limits,
+            strict_grammar=limits.request_grammar.mode == "strict" or self.models.strict(resolved.model_name),
+            extra=[factory() for factory in self._extra_middleware.get(resolved.assistant_id, [])],
+        )
+
+    def manifest(self, resolved: ResolvedAssistant) -> dict[str, Any] | None:
+        """The JSON manifest of the chain a run of ``resolved`` executes (None for user graphs)."""
+        return self.chain(resolved).manifest() if resolved.kind == "agent" else None
+
     async def build(self, resolved: ResolvedAssistant, config: RunnableConfig) -> Pregel:
-        """A fresh graph for one run (fresh model state; no checkpointer attached)."""
+        """A fresh graph for one run (fresh model and guard state; no checkpointer attached)."""
         if resolved.kind == "graph":
             return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
         assistant = self._config.assistant(resolved.assistant_id)
@@ -78,10 +108,25 @@ class Harness:
             self.models.build(resolved.model_name, run_key=(config.get("metadata") or {}).get("run_id")),
             tools,
             system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            middleware=list(self.chain(resolved).middlewares),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,
         )
+
+
+def _middleware_factory(label: str, ref: str, config: KeelConfig) -> Callable[[], Any]:
+    """The zero-argument constructor a ``middleware:`` reference names, checked at start-up."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    target = load_reference(label, ref, config.base_dir)
+    if not (isinstance(target, type) and issubclass(target, AgentMiddleware)):
+        raise GraphLoadError(f"{label}: {ref!r} is not a LangChain AgentMiddleware class")
+    try:
+        target()
+    except Exception as exc:
+        raise GraphLoadError(f"{label}: {ref!r} cannot be built without arguments: {exc}") from exc
+    return target
 
 
 __all__ = ["Harness", "ModelNotAllowed", "ResolvedAssistant", "UnknownAssistant"]

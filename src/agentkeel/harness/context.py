@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentkeel.harness.stop_reasons import StopReasonCollector
+
 
 class FileTouchRecorder(Protocol):
     """Receives "this tool call changed this workspace path" notes, for the run's change ledger."""
@@ -25,6 +27,23 @@ class ProcessRegistry(Protocol):
     def unregister(self, pid: int) -> None: ...
 
 
+class JournalSink(Protocol):
+    """The run's journal, for guards that record interventions (``runtime.journal.Journal``)."""
+
+    def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int: ...
+
+
+class UsageMeter(Protocol):
+    """Running token totals of the whole run: every agent, subagent and middleware model call,
+    counted as each call ends (``runtime.usage.UsageAccumulator``)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+
+    @property
+    def output_tokens(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class RunContext:
     thread_id: str
@@ -37,6 +56,8 @@ class RunContext:
     bash_output_cap: int = 32_000
     touches: FileTouchRecorder | None = None
     processes: ProcessRegistry | None = None
-    # The run's single stop-reason writer (``harness.stop_reasons.StopReasonCollector``).
-    stop_reasons: Any = None
+    # The run's single stop-reason writer; a standalone one when a graph runs outside the runtime.
+    stop_reasons: StopReasonCollector = field(default_factory=StopReasonCollector.standalone)
+    journal: JournalSink | None = None
+    usage: UsageMeter | None = None
     extra: dict[str, Any] = field(default_factory=dict)

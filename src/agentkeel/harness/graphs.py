@@ -24,32 +24,38 @@ class GraphLoadError(ValueError):
 
 
 def load_graph_target(name: str, ref: str, base_dir: Path) -> Any:
-    """Import the object a reference names (not yet compiled or called)."""
+    """Import the object a ``graphs:`` reference names (not yet compiled or called)."""
+    return load_reference(f"graphs.{name}", ref, base_dir)
+
+
+def load_reference(label: str, ref: str, base_dir: Path) -> Any:
+    """Import the object ``./file.py:attr`` or ``pkg.mod:attr`` names; errors start with ``label``
+    (the config key path)."""
     module_ref, sep, attr = ref.rpartition(":")
     if not sep or not module_ref or not attr:
-        raise GraphLoadError(f"graphs.{name}: {ref!r} must look like './file.py:attr' or 'pkg.mod:attr'")
+        raise GraphLoadError(f"{label}: {ref!r} must look like './file.py:attr' or 'pkg.mod:attr'")
     try:
         if module_ref.endswith(".py") or "/" in module_ref:
-            module = _import_file(name, (base_dir / module_ref).resolve())
+            module = _import_file(label, (base_dir / module_ref).resolve())
         else:
             module = importlib.import_module(module_ref)
     except GraphLoadError:
         raise
     except Exception as exc:  # an import error in user code is a config error, said plainly
-        raise GraphLoadError(f"graphs.{name}: cannot import {module_ref!r}: {exc}") from exc
+        raise GraphLoadError(f"{label}: cannot import {module_ref!r}: {exc}") from exc
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise GraphLoadError(f"graphs.{name}: {module_ref!r} has no attribute {attr!r}") from None
+        raise GraphLoadError(f"{label}: {module_ref!r} has no attribute {attr!r}") from None
 
 
-def _import_file(name: str, path: Path) -> Any:
+def _import_file(label: str, path: Path) -> Any:
     if not path.is_file():
-        raise GraphLoadError(f"graphs.{name}: file not found: {path}")
-    module_name = f"agentkeel_user_graph_{name}"
+        raise GraphLoadError(f"{label}: file not found: {path}")
+    module_name = "agentkeel_user_" + "".join(c if c.isalnum() else "_" for c in label)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise GraphLoadError(f"graphs.{name}: cannot load {path}")
+        raise GraphLoadError(f"{label}: cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)

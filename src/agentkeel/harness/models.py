@@ -48,6 +48,12 @@ class ModelLoader:
                 f"model {name!r} is not in the configured model allowlist {self.names}"
             ) from None
 
+    def strict(self, name: str) -> bool:
+        """Whether ``name`` is a scripted model in strict mode (its chain then fails loudly on a
+        request that breaks the provider grammar, naming the middleware that broke it)."""
+        script = self._scripts.get(name)
+        return bool(script is not None and script.strict)
+
     def build(self, name: str, run_key: str | None = None) -> BaseChatModel:
         """A new lead model instance for one run.
 

@@ -7,6 +7,7 @@ causal ``seq``, publishes a ``stop_reason`` stream event and a journal record pe
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,21 @@ STOP_REASON_CLASSES: dict[str, str] = {
 # A cancellation or ownership entry changes what the result means, so it outranks the rest.
 _OUTRANKING_CLASSES = frozenset({"cancellation", "ownership"})
 
+# Entries with the same ``cause`` (one model response, one tool call) happened at one causal
+# instant; which guard recorded first there depends only on middleware order, so it must not decide
+# the primary. Among them the root cause wins: a provider safety stop explains a truncated call,
+# which explains a budget or loop cap on the same response.
+CAUSE_PRECEDENCE: tuple[str, ...] = (
+    "safety_capped",
+    "model_length_capped",
+    "clarification_requested",
+    "token_capped",
+    "turn_capped",
+    "loop_capped",
+    "tool_blocked",
+    "subagent_limit_capped",
+)
+
 
 @dataclass(frozen=True)
 class StopReason:
@@ -43,23 +59,41 @@ class StopReason:
     detail: str = ""
     data: dict[str, Any] = field(default_factory=dict)
     klass: str = ""
+    cause: str | None = None  # what triggered it (a message or tool call id); see CAUSE_PRECEDENCE
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["class"] = out.pop("klass") or STOP_REASON_CLASSES.get(self.code, "limit")
+        if out["cause"] is None:
+            del out["cause"]
         return out
+
+
+def _precedence(code: str) -> int:
+    return CAUSE_PRECEDENCE.index(code) if code in CAUSE_PRECEDENCE else len(CAUSE_PRECEDENCE)
 
 
 def primary_code(entries: Iterable[dict[str, Any]]) -> str | None:
     """The primary code: lowest ``seq``, except that cancellation/ownership outrank every class.
 
+    Entries sharing a ``cause`` count as recorded at the seq of the first of them and are then
+    ordered by :data:`CAUSE_PRECEDENCE`, so re-ordering middleware cannot change the primary.
     Unknown codes are tolerated (their ``class`` field, if any, is used).
     """
-    best: tuple[int, int] | None = None
+    items = list(entries)
+    first_seq: dict[str, int] = {}
+    for entry in items:
+        cause = entry.get("cause")
+        if cause is not None:
+            seq = int(entry.get("seq", 0))
+            first_seq[cause] = min(seq, first_seq.get(cause, seq))
+    best: tuple[int, int, int, int] | None = None
     code: str | None = None
-    for entry in entries:
+    for entry in items:
         klass = entry.get("class") or STOP_REASON_CLASSES.get(entry.get("code", ""), "")
-        rank = (0 if klass in _OUTRANKING_CLASSES else 1, int(entry.get("seq", 0)))
+        seq = int(entry.get("seq", 0))
+        instant = first_seq.get(entry.get("cause"), seq) if entry.get("cause") is not None else seq
+        rank = (0 if klass in _OUTRANKING_CLASSES else 1, instant, _precedence(entry.get("code", "")), seq)
         if best is None or rank < best:
             best, code = rank, entry.get("code")
     return code
@@ -89,6 +123,7 @@ class StopReasonCollector:
         detail: str = "",
         data: dict[str, Any] | None = None,
         klass: str | None = None,
+        cause: str | None = None,
     ) -> dict[str, Any]:
         with self._lock:
             entry = StopReason(
@@ -98,6 +133,7 @@ class StopReasonCollector:
                 detail=detail,
                 data=dict(data or {}),
                 klass=klass or STOP_REASON_CLASSES.get(code, "limit"),
+                cause=cause,
             ).to_dict()
             self._entries.append(entry)
         if self._emit is not None:
@@ -106,6 +142,11 @@ class StopReasonCollector:
 
     def has(self, code: str) -> bool:
         return any(e["code"] == code for e in self._entries)
+
+    @classmethod
+    def standalone(cls) -> StopReasonCollector:
+        """A collector with its own counter, for a graph run outside the runtime (tests, scripts)."""
+        return cls(itertools.count(1).__next__)
 
     @property
     def entries(self) -> list[dict[str, Any]]:

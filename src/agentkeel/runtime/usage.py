@@ -94,6 +94,16 @@ class UsageAccumulator:
             return True
 
     @property
+    def input_tokens(self) -> int:
+        with self._lock:
+            return self._total.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        with self._lock:
+            return self._total.output_tokens
+
+    @property
     def total_tokens(self) -> int:
         with self._lock:
             return self._total.input_tokens + self._total.output_tokens

@@ -179,6 +179,9 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store
     graph = (await deps.harness.build(prepared.assistant, config)).copy(update=bound)
+    manifest = deps.harness.manifest(prepared.assistant)
+    if manifest is not None:  # which guards wrapped which call, for the debugger and the ledger
+        state.journal.record("chain.manifest", manifest, caller="worker")
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
         state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
@@ -205,6 +208,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         touches=state.tracker,
         processes=state.processes,
         stop_reasons=state.collector,
+        journal=state.journal,
+        usage=state.usage,
         extra=prepared.caller_context,
     )
     await _stream(deps, active, graph, config, context)

@@ -1,4 +1,5 @@
-"""The built-in workspace tools an agent gets, and how a run picks among them.
+"""The built-in tools an agent gets (workspace tools and ``ask_clarification``), and how a run
+picks among them.
 
 Tools are shared, stateless objects: everything run-specific (workspace, limits, change ledger,
 process registry) reaches them through the trusted :class:`~agentkeel.harness.context.RunContext`
@@ -10,16 +11,18 @@ from __future__ import annotations
 
 from langchain_core.tools import BaseTool
 
+from agentkeel.harness.tools.clarify import ASK_CLARIFICATION
 from agentkeel.harness.tools.files import READ_FILE, STR_REPLACE, WRITE_FILE
 from agentkeel.harness.tools.search import GLOB, GREP, LS
 from agentkeel.harness.tools.shell import BASH
 
 _TOOLS: dict[str, BaseTool] = {
-    tool.name: tool for tool in (READ_FILE, WRITE_FILE, STR_REPLACE, LS, GLOB, GREP, BASH)
+    tool.name: tool for tool in (READ_FILE, WRITE_FILE, STR_REPLACE, LS, GLOB, GREP, BASH, ASK_CLARIFICATION)
 }
 
 WORKSPACE_TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
-"""Names of the built-in workspace tools, in the order :func:`build_tools` returns them."""
+"""Names of the built-in tools (the workspace tools and ``ask_clarification``), in the order
+:func:`build_tools` returns them."""
 
 
 def build_tools(bash_enabled: bool, names: list[str] | None = None) -> list[BaseTool]:

@@ -1,0 +1,21 @@
+"""Metadata keys guards stamp on messages, shared so producers and readers cannot drift apart."""
+
+from __future__ import annotations
+
+import hashlib
+
+TOOL_META = "agentkeel_tool_meta"
+"""On a ToolMessage's ``additional_kwargs``: ``{status, fingerprint, source[, error_type]}`` where
+``status`` is ``ok | error | empty | rate_limited | auth | config`` and ``source`` is ``tool``,
+``exception`` or the name of the guard that produced the result instead of the tool."""
+
+READ_MARK = "agentkeel_read_mark"
+"""On a successful ``read_file`` ToolMessage: ``{path, sha256}`` of the whole file as read."""
+
+
+def fingerprint(text: str) -> str:
+    """A short stable digest of a tool result, for "the same output again" comparisons."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:16]
+
+
+__all__ = ["READ_MARK", "TOOL_META", "fingerprint"]

@@ -1,0 +1,132 @@
+"""Reading and rewriting model responses the way every guard must: one implementation.
+
+Two ways to take tool calls away from a response, kept apart on purpose:
+
+* **suppress** — a protocol repair (provider safety stop, output cut at the length limit, siblings
+  of a clarification question): the calls are not the model's real intent, so no guard counts them.
+  They are kept under ``additional_kwargs["agentkeel_suppressed"]`` for the transcript.
+* **withhold** — a guard decision (loop, budget, turn limit): the calls *were* the model's intent,
+  so other guards still count them (:func:`intended_calls`), which makes every guard's decision
+  independent of which guard ran first. Kept under ``additional_kwargs["agentkeel_withheld"]``.
+
+Both keep the message id (the message replaces itself in state), drop the raw provider tool-call
+fields so no converter resurrects a call, turn ``finish_reason: tool_calls`` into ``stop`` and
+append a short bracketed note to the text so the model and the reader see what happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents.middleware.types import ModelResponse
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
+
+WITHHELD = "agentkeel_withheld"
+SUPPRESSED = "agentkeel_suppressed"
+HINT = "agentkeel_hint"
+_RAW_CALL_FIELDS = ("tool_calls", "function_call")
+
+
+def last_ai(response: ModelResponse) -> AIMessage | None:
+    for message in reversed(response.result):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def replace_ai(response: ModelResponse, old: AIMessage, new: AIMessage) -> ModelResponse:
+    result = [new if m is old else m for m in response.result]
+    return ModelResponse(result=result, structured_response=response.structured_response)
+
+
+def text_of(message: BaseMessage) -> str:
+    """The visible text of a message (string content, or its text blocks)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or []:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") in ("text", "output_text"):
+            parts.append(str(block.get("text", "")))
+    return "".join(parts)
+
+
+def with_note(content: Any, note: str) -> Any:
+    """``content`` with ``note`` appended, preserving list content."""
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": f"\n\n{note}"}]
+    text = content if isinstance(content, str) else ("" if content is None else str(content))
+    return f"{text}\n\n{note}" if text else note
+
+
+def _stash(message: AIMessage, key: str, by: str, reason: str) -> AIMessage:
+    kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in _RAW_CALL_FIELDS}
+    stash = dict(kwargs.get(key) or {"by": [], "tool_calls": []})
+    stash["by"] = [*stash.get("by", []), {"middleware": by, "reason": reason}]
+    stash["tool_calls"] = [*stash.get("tool_calls", []), *[dict(c) for c in message.tool_calls]]
+    kwargs[key] = stash
+    metadata = dict(message.response_metadata)
+    if metadata.get("finish_reason") in ("tool_calls", "function_call"):
+        metadata["finish_reason"] = "stop"
+    return message.model_copy(update={
+        "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
+        "additional_kwargs": kwargs, "response_metadata": metadata,
+        "content": with_note(message.content, reason),
+    })
+
+
+def withhold(message: AIMessage, by: str, reason: str) -> AIMessage:
+    """A guard's strip: the calls stay counted as intent (see module docstring)."""
+    return _stash(message, WITHHELD, by, reason)
+
+
+def suppress(message: AIMessage, by: str, reason: str, keep: Sequence[ToolCall] = ()) -> AIMessage:
+    """A protocol repair: the calls (except ``keep``) are not intent and are never counted."""
+    keep_ids = {c.get("id") for c in keep}
+    dropped = [c for c in message.tool_calls if c.get("id") not in keep_ids]
+    stashed = _stash(message.model_copy(update={"tool_calls": dropped}), SUPPRESSED, by, reason)
+    if keep:  # calls remain live: the response still ends in tool calls
+        stashed = stashed.model_copy(update={
+            "tool_calls": list(keep), "response_metadata": dict(message.response_metadata),
+        })
+    return stashed
+
+
+def intended_calls(message: AIMessage) -> list[ToolCall]:
+    """The tool calls the model asked for after protocol repairs: live plus guard-withheld."""
+    withheld = (message.additional_kwargs.get(WITHHELD) or {}).get("tool_calls") or []
+    return [*message.tool_calls, *withheld]
+
+
+def was_stripped(message: AIMessage) -> bool:
+    """Whether a guard or a repair took tool calls away from this response."""
+    return bool(message.additional_kwargs.get(WITHHELD) or message.additional_kwargs.get(SUPPRESSED))
+
+
+def hint_message(name: str, texts: Sequence[str]) -> HumanMessage:
+    """A transient framework note appended to one request (never written to state)."""
+    return HumanMessage(content="\n\n".join(texts), name=name, additional_kwargs={HINT: True})
+
+
+def is_hint(message: BaseMessage) -> bool:
+    return isinstance(message, HumanMessage) and bool(message.additional_kwargs.get(HINT))
+
+
+__all__ = [
+    "HINT",
+    "SUPPRESSED",
+    "WITHHELD",
+    "hint_message",
+    "intended_calls",
+    "is_hint",
+    "last_ai",
+    "replace_ai",
+    "suppress",
+    "text_of",
+    "was_stripped",
+    "with_note",
+    "withhold",
+]

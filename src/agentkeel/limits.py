@@ -1,0 +1,171 @@
+"""The ``limits:`` section of the config: control-plane bounds and every guard's thresholds.
+
+Each guard's defaults are documented here and in ``docs/guards.md``; a wrong type or an
+inconsistent pair (a hard limit under its warning) stops start-up with the key path. Guards that
+every chain must carry (``mandatory_for`` in their contract) have no ``enabled`` switch: raise their
+thresholds instead of removing them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FrequencyOverride(_Strict):
+    warn: PositiveInt
+    hard_limit: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FrequencyOverride:
+        if self.hard_limit < self.warn:
+            raise ValueError("hard_limit must be >= warn")
+        return self
+
+
+class LoopDetectionLimits(_Strict):
+    """Identical tool-call sets and per-tool frequency (``loop_capped``)."""
+
+    warn_threshold: PositiveInt = 3
+    hard_limit: PositiveInt = 5
+    window_size: PositiveInt = 20
+    tool_freq_warn: PositiveInt = 30
+    tool_freq_hard_limit: PositiveInt = 50
+    tool_freq_overrides: dict[str, FrequencyOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LoopDetectionLimits:
+        if self.hard_limit < self.warn_threshold:
+            raise ValueError("hard_limit must be >= warn_threshold")
+        if self.tool_freq_hard_limit < self.tool_freq_warn:
+            raise ValueError("tool_freq_hard_limit must be >= tool_freq_warn")
+        if self.window_size < self.hard_limit:
+            raise ValueError("window_size must be >= hard_limit, or the hard limit can never fire")
+        return self
+
+
+class TokenBudgetLimits(_Strict):
+    """Cumulative input + output tokens of the run, subagents included (``token_capped``)."""
+
+    max_tokens: Annotated[int, Field(ge=1000)] = 2_000_000
+    max_input_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    warn_fraction: Fraction = 0.8
+
+
+class TurnLimits(_Strict):
+    """Model turns of one agent (``turn_capped``); counts model calls, not graph super-steps."""
+
+    max_turns: PositiveInt = 50
+
+
+class ToolProgressLimits(_Strict):
+    """Tools that stopped producing value (``tool_blocked``)."""
+
+    enabled: bool = True
+    stagnation_threshold: PositiveInt = 3
+    warn_escalation: PositiveInt = 2
+    similarity: Fraction = 0.8
+    min_words: PositiveInt = 10
+    exempt_tools: list[str] = Field(default_factory=lambda: ["ask_clarification", "task"])
+
+
+class ToolOutputLimits(_Strict):
+    """Oversized tool results go to the workspace; the context gets a head/tail excerpt."""
+
+    enabled: bool = True
+    externalize_min_chars: Annotated[int, Field(ge=1000)] = 12_000
+    head_chars: Annotated[int, Field(ge=0)] = 2_000
+    tail_chars: Annotated[int, Field(ge=0)] = 1_000
+    storage_dir: str = "/workspace/.tool-results"
+    exempt_tools: list[str] = Field(default_factory=lambda: ["read_file"])
+
+    @model_validator(mode="after")
+    def _excerpt_fits(self) -> ToolOutputLimits:
+        if self.head_chars + self.tail_chars >= self.externalize_min_chars:
+            raise ValueError("head_chars + tail_chars must be < externalize_min_chars")
+        return self
+
+
+class SwitchLimits(_Strict):
+    enabled: bool = True
+
+
+class SanitizationLimits(_Strict):
+    """Neutralising framework-authority tags in tool results (injection via tool output)."""
+
+    enabled: bool = True
+    # Workspace file tools show the user's own files verbatim: escaping them would make the model
+    # copy escaped text into ``str_replace`` and miss.
+    exempt_tools: list[str] = Field(default_factory=lambda: ["read_file", "ls", "glob", "grep"])
+
+
+class LLMRetryLimits(_Strict):
+    """Bounded retries of rate limits, 5xx and timeouts."""
+
+    max_attempts: PositiveInt = 3
+    base_delay_ms: Annotated[int, Field(ge=0)] = 1000
+    max_delay_ms: Annotated[int, Field(ge=0)] = 8000
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LLMRetryLimits:
+        if self.max_delay_ms < self.base_delay_ms:
+            raise ValueError("max_delay_ms must be >= base_delay_ms")
+        return self
+
+
+class RequestGrammarLimits(_Strict):
+    """``strict``: a request that breaks the provider grammar is an error naming the middleware
+    that produced it; ``repair``: it is repaired and the repair journaled. A strict scripted model
+    always makes the chain strict."""
+
+    mode: Literal["repair", "strict"] = "repair"
+
+
+class Limits(_Strict):
+    """Budgets, bounds and timeouts of the control plane, and the guards' thresholds."""
+
+    run_timeout_s: Annotated[float, Field(gt=0)] = 1800.0
+    recursion_limit: Annotated[int, Field(ge=1)] = 250
+    max_recursion_limit: Annotated[int, Field(ge=1)] = 10_000
+    bash_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    bash_output_cap: Annotated[int, Field(ge=256)] = 32_000
+    snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
+    snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
+    stream_retention: Annotated[int, Field(ge=1)] = 10_000
+    stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
+    stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
+
+    loop_detection: LoopDetectionLimits = Field(default_factory=LoopDetectionLimits)
+    token_budget: TokenBudgetLimits = Field(default_factory=TokenBudgetLimits)
+    turn_limit: TurnLimits = Field(default_factory=TurnLimits)
+    tool_progress: ToolProgressLimits = Field(default_factory=ToolProgressLimits)
+    tool_output: ToolOutputLimits = Field(default_factory=ToolOutputLimits)
+    read_before_write: SwitchLimits = Field(default_factory=SwitchLimits)
+    input_sanitization: SwitchLimits = Field(default_factory=SwitchLimits)
+    tool_result_sanitization: SanitizationLimits = Field(default_factory=SanitizationLimits)
+    llm_retry: LLMRetryLimits = Field(default_factory=LLMRetryLimits)
+    request_grammar: RequestGrammarLimits = Field(default_factory=RequestGrammarLimits)
+
+
+__all__ = [
+    "FrequencyOverride",
+    "LLMRetryLimits",
+    "Limits",
+    "LoopDetectionLimits",
+    "RequestGrammarLimits",
+    "SanitizationLimits",
+    "SwitchLimits",
+    "TokenBudgetLimits",
+    "ToolOutputLimits",
+    "ToolProgressLimits",
+    "TurnLimits",
+]

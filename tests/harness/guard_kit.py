@@ -1,0 +1,141 @@
+"""Running a real LangChain agent with a chosen middleware list on the scripted model (strict).
+
+Every guard test drives the real ``create_agent`` loop: the scripted model answers from a script,
+the built-in workspace tools run in a temporary workspace, and the run's stop reasons, journal
+interventions and the exact requests the model received are returned for assertions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from agentkeel.harness.context import RunContext
+from agentkeel.harness.middleware.base import KeelMiddleware
+from agentkeel.harness.scripted import Script, ScriptedChatModel, ScriptSession
+from agentkeel.harness.stop_reasons import StopReasonCollector
+from agentkeel.harness.tools import build_tools
+
+
+class ListJournal:
+    """A journal sink that keeps records in a list (``kind``, ``data``, ``caller``, ``seq``)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._seq = itertools.count(1)
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None, *, seq: int | None = None) -> int:
+        seq = seq if seq is not None else self.next_seq()
+        self.records.append({"kind": kind, "data": dict(data or {}), "caller": caller, "seq": seq})
+        return seq
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
+class MeterUsage:
+    """A usage meter fed from the model callbacks, as the runtime's accumulator is."""
+
+    def __init__(self) -> None:
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+
+class RequestLog(BaseCallbackHandler):
+    """Records every request the model received (the messages exactly as sent) and feeds usage."""
+
+    run_inline = True
+
+    def __init__(self, usage: MeterUsage) -> None:
+        self.requests: list[list[BaseMessage]] = []
+        self._usage = usage
+
+    def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.requests.append(list(messages[0]))
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        message = getattr(response.generations[0][0], "message", None)
+        usage = getattr(message, "usage_metadata", None) or {}
+        self._usage.input_tokens += int(usage.get("input_tokens") or 0)
+        self._usage.output_tokens += int(usage.get("output_tokens") or 0)
+
+
+@dataclass
+class Outcome:
+    messages: list[BaseMessage]
+    stop_reasons: list[dict[str, Any]]
+    journal: ListJournal
+    requests: list[list[BaseMessage]]
+    interrupts: list[Any] = field(default_factory=list)
+
+    @property
+    def codes(self) -> list[str]:
+        return [e["code"] for e in self.stop_reasons]
+
+
+@dataclass
+class GuardHarness:
+    """One agent (``lead``) over one workspace and thread; call :meth:`run` once or several times."""
+
+    script: dict[str, Any]
+    middleware: list[Any]
+    workspace: Path
+    tools: list[Any] | None = None
+    thread_id: str = "t1"
+    strict_grammar: bool = True
+    journal: ListJournal = field(default_factory=ListJournal)
+    usage: MeterUsage = field(default_factory=MeterUsage)
+    saver: InMemorySaver = field(default_factory=InMemorySaver)
+
+    def __post_init__(self) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.collector = StopReasonCollector(self.journal.next_seq)
+        self.log = RequestLog(self.usage)
+        for mw in self.middleware:
+            if isinstance(mw, KeelMiddleware):
+                mw.strict_grammar = self.strict_grammar
+        script = Script.model_validate({"strict": True, **self.script})
+        model = ScriptedChatModel(script=script, session=ScriptSession("k")).for_agent("lead")
+        tools = self.tools if self.tools is not None else build_tools(bash_enabled=False)
+        self.graph = create_agent(
+            model, tools, middleware=self.middleware, system_prompt="You are a test agent.",
+            context_schema=RunContext, checkpointer=self.saver, name="lead",
+        )
+
+    def context(self, run_id: str = "r1") -> RunContext:
+        return RunContext(
+            thread_id=self.thread_id, run_id=run_id, workspace_root=self.workspace,
+            stop_reasons=self.collector, journal=self.journal, usage=self.usage,
+        )
+
+    async def run(self, prompt: str | None = "Please do the task.", *, resume: Any = None, run_id: str = "r1") -> Outcome:
+        config = {"configurable": {"thread_id": self.thread_id}, "callbacks": [self.log], "recursion_limit": 500}
+        graph_input: Any = Command(resume=resume) if resume is not None else {"messages": [("user", prompt)]}
+        interrupts: list[Any] = []
+        async for chunk in self.graph.astream(graph_input, config, context=self.context(run_id), stream_mode="updates"):
+            if "__interrupt__" in chunk:
+                interrupts.extend(chunk["__interrupt__"])
+        state = await self.graph.aget_state(config)
+        return Outcome(
+            messages=list(state.values.get("messages", [])),
+            stop_reasons=self.collector.entries,
+            journal=self.journal,
+            requests=self.log.requests,
+            interrupts=interrupts,
+        )
+
+
+async def run_agent(script: dict[str, Any], middleware: list[Any], workspace: Path, **kwargs: Any) -> Outcome:
+    """One run of a fresh :class:`GuardHarness`."""
+    return await GuardHarness(script, middleware, workspace, **kwargs).run()
