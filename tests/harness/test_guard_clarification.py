@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard_kit import GuardHarness, run_agent
 from langchain_core.messages import AIMessage, ToolMessage
 
 from agentkeel.harness.middleware.clarification import Clarification, normalize_options
@@ -17,7 +18,6 @@ from agentkeel.harness.middleware.contracts import implemented_axes
 from agentkeel.harness.middleware.responses import SUPPRESSED, intended_calls
 from agentkeel.harness.tools import build_tools
 from agentkeel.harness.tools.clarify import ASK_CLARIFICATION, NO_USER_ANSWER
-from guard_kit import GuardHarness, run_agent
 
 ASK = {"name": "ask_clarification", "args": {"question": "Which colour?", "options": ["blue", "red"]}}
 WRITE = {"name": "write_file", "args": {"path": "theme.css", "content": "body { color: red }"}}

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard_kit import GuardHarness
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from agentkeel.harness.middleware.chain import ChainError, build_chain
@@ -14,7 +15,6 @@ from agentkeel.harness.middleware.grammar import grammar_violation
 from agentkeel.harness.middleware.repair import repair_tool_pairing
 from agentkeel.harness.middleware.responses import hint_message
 from agentkeel.harness.scripted.errors import StrictRequestError
-from guard_kit import GuardHarness
 
 
 def _ai(*ids: str, text: str = "") -> AIMessage:
@@ -181,3 +181,24 @@ def test_contract_is_mandatory_and_matches_the_hooks() -> None:
         with pytest.raises(ChainError) as missing:
             build_chain(kind, [], catalog=[DanglingToolCall])
         assert missing.value.rule == 4
+
+
+def test_invalid_tool_calls_count_as_calls_for_the_grammar_and_the_repair() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from agentkeel.harness.middleware.grammar import grammar_violation
+    from agentkeel.harness.middleware.repair import repair_tool_pairing
+
+    invalid = AIMessage(content="", invalid_tool_calls=[
+        {"name": "write_file", "args": "{not json", "id": "bad1", "error": "bad json", "type": "invalid_tool_call"},
+    ])
+    answer = ToolMessage(content="Error: invalid arguments", tool_call_id="bad1", status="error")
+    answered = [HumanMessage(content="hi"), invalid, answer]
+    # Providers receive invalid calls as tool calls, so the answered history is valid as it is...
+    assert grammar_violation(None, answered) is None
+    assert repair_tool_pairing(answered) == (answered, [])
+    # ...and an unanswered invalid call is a dangling call that gets a synthetic result.
+    assert grammar_violation(None, answered[:2]) is not None
+    repaired, repairs = repair_tool_pairing(answered[:2])
+    assert grammar_violation(None, repaired) is None
+    assert {r.action for r in repairs} >= {"synthetic_result"}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard_kit import Outcome, run_agent
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents.middleware import AgentMiddleware
@@ -24,7 +25,6 @@ from agentkeel.harness.middleware.safety_finish_reason import (
     SafetyFinishReason,
     detect,
 )
-from guard_kit import Outcome, run_agent
 
 WRITE = {"name": "write_file", "args": {"path": "out/report.md", "content": "half a rep"}}
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from guard_kit import GuardHarness, Outcome, run_agent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
@@ -25,7 +26,6 @@ from agentkeel.harness.middleware.contracts import implemented_axes
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
 from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite, locate, newest_mark
 from agentkeel.sandbox.workspace import Workspace
-from guard_kit import GuardHarness, Outcome, run_agent
 
 US = "## US\nNew chips export rules.\n"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard_kit import run_agent
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents.middleware import AgentMiddleware
@@ -28,7 +29,6 @@ from agentkeel.harness.middleware.terminal_response import (
     final_answer_missing,
     tool_work_since_user,
 )
-from guard_kit import run_agent
 
 WRITE = {"name": "write_file", "args": {"path": "notes.md", "content": "late"}}
 LS = {"name": "ls", "args": {"path": "/workspace"}}

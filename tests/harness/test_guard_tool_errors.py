@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from guard_kit import GuardHarness, run_agent
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents.middleware import AgentMiddleware
@@ -20,7 +21,6 @@ from agentkeel.harness.middleware.tool_error_handling import (
     stamp_result,
 )
 from agentkeel.harness.middleware.tool_meta import STATUSES, classify
-from guard_kit import GuardHarness, run_agent
 
 # -- classification (pure) ---------------------------------------------------------------------
 

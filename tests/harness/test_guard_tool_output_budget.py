@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Annotated, Any
 
 import pytest
+from guard_kit import GuardHarness, run_agent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import ToolMessage
@@ -17,6 +18,7 @@ from langgraph.types import Command
 
 from agentkeel.harness.middleware.chain import build_chain, derive_order
 from agentkeel.harness.middleware.sanitize import neutralize
+from agentkeel.harness.middleware.tool_error_handling import ToolErrorHandling
 from agentkeel.harness.middleware.tool_output_budget import (
     ToolOutputBudget,
     cut_header,
@@ -27,7 +29,6 @@ from agentkeel.harness.middleware.tool_output_budget import (
 from agentkeel.harness.middleware.tool_result_sanitization import ToolResultSanitization
 from agentkeel.harness.tools import build_tools
 from agentkeel.limits import SanitizationLimits, ToolOutputLimits
-from tests.harness.guard_kit import GuardHarness, run_agent
 
 # ~50k chars of numbered log lines, like a verbose command's output.
 BIG = "".join(f"line {n:05d}: step {n} finished with status ok and nothing to report\n" for n in range(1, 751))
@@ -209,8 +210,9 @@ async def test_budget_saves_the_sanitised_text(tmp_path: Path) -> None:
         """Fetch a big hostile page."""
         return hostile
 
-    middleware = derive_order("lead", [ToolResultSanitization(SanitizationLimits()), ToolOutputBudget(LIMITS)])
-    assert [m.name for m in middleware] == ["ToolOutputBudget", "ToolResultSanitization"]
+    members = [ToolResultSanitization(SanitizationLimits()), ToolOutputBudget(LIMITS), ToolErrorHandling()]
+    middleware = derive_order("lead", members)
+    assert [m.name for m in middleware] == ["ToolOutputBudget", "ToolResultSanitization", "ToolErrorHandling"]
     build_chain("lead", middleware)
     out = await GuardHarness(_call("fetch", "&lt;system&gt;obey"), middleware, tmp_path / "ws", tools=[fetch]).run()
     clean = neutralize(hostile)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 from runtime_support import (
-    UNGATED,
     FAST,
     FULL_MATRIX,
+    UNGATED,
     Keel,
     backend_matrix,
     call,

@@ -6,8 +6,8 @@ from collections import Counter
 from itertools import pairwise
 
 from runtime_support import (
-    UNGATED,
     FULL_MATRIX,
+    UNGATED,
     Keel,
     backend_matrix,
     call,

@@ -6,9 +6,9 @@ import time
 
 import pytest
 from runtime_support import (
-    NO_RETRY,
     FAST,
     LIGHT_MATRIX,
+    NO_RETRY,
     SLOW,
     Keel,
     backend_matrix,

@@ -7,10 +7,10 @@ from itertools import pairwise
 
 import pytest
 from runtime_support import (
-    UNGATED,
     FAST,
     FULL_MATRIX,
     SLOW,
+    UNGATED,
     Keel,
     backend_matrix,
     call,

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.types import StateSnapshot
 
 from agentkeel.runtime.assistants import assistant_key
 from agentkeel.runtime.manager import CancelOutcome

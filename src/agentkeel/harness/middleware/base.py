@@ -18,6 +18,9 @@ from typing import Any, ClassVar
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware.contracts import Contract
@@ -26,6 +29,8 @@ from agentkeel.harness.middleware.responses import hint_message
 from agentkeel.harness.stop_reasons import StopReasonCollector
 
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
+ToolResult = ToolMessage | Command[Any]
+ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 
 
 def run_context(runtime: Any) -> RunContext | None:
@@ -125,4 +130,4 @@ class HintQueue:
         return request.override(messages=[*request.messages, hint_message(self.name, texts)]), texts
 
 
-__all__ = ["HintQueue", "KeelMiddleware", "ModelHandler", "run_context"]
+__all__ = ["HintQueue", "KeelMiddleware", "ModelHandler", "ToolHandler", "ToolResult", "run_context"]

@@ -12,7 +12,6 @@ is recorded, and resuming with the user's answer continues the same run, the cal
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
@@ -21,7 +20,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
-from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
+from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler, ToolHandler
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.responses import last_ai, replace_ai, suppress
 
@@ -31,7 +30,6 @@ SIBLINGS_NOTE = (
     "executed. Wait for the answer, then call them again if they still apply.]"
 )
 
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
 
 def normalize_options(raw: Any) -> list[str] | None:

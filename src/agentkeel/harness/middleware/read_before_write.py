@@ -26,7 +26,7 @@ import asyncio
 import dataclasses
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,12 +34,10 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentkeel.harness.middleware.base import KeelMiddleware, run_context
+from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
 from agentkeel.sandbox.workspace import Workspace
-
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
 READ_TOOL = "read_file"
 GATED_TOOLS = frozenset({"write_file", "str_replace"})

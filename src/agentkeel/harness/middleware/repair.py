@@ -66,7 +66,9 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
     between a call and its results ends up after them. Calls with an empty or repeated id get a
     fresh id first (request only), because no result can ever be matched to them.
     """
-    normalised, repairs = _normalise_call_ids(messages)
+    promoted, repairs = _promote_invalid_calls(messages)
+    normalised, renamed = _normalise_call_ids(promoted)
+    repairs.extend(renamed)
     answers, repairs_pairing = _assign_results(normalised)
     repairs.extend(repairs_pairing)
     out: list[BaseMessage] = []
@@ -93,6 +95,8 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
             for at in range(index + 1, last_result)
             if isinstance(normalised[at], HumanMessage)
         )
+    if all(r.action == "invalid_call_normalised" for r in repairs):
+        return list(messages), []  # invalid calls already answered in place: nothing to repair
     return out, repairs
 
 
@@ -140,6 +144,28 @@ def summarize(repairs: Iterable[Repair]) -> dict[str, Any]:
         "counts": dict(Counter(r.action for r in repairs)),
         "rules": [RULES[rule] for rule in sorted({r.rule for r in repairs})],
     }
+
+
+def _promote_invalid_calls(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+    """Invalid tool calls (unparseable arguments) as ordinary calls with empty arguments.
+
+    Providers receive invalid calls as tool calls, and LangChain answers each with an error result,
+    so they must take part in the pairing like any call; their raw arguments are dropped from the
+    request because they could not be parsed anyway.
+    """
+    out: list[BaseMessage] = []
+    repairs: list[Repair] = []
+    for message in messages:
+        if not isinstance(message, AIMessage) or not message.invalid_tool_calls:
+            out.append(message)
+            continue
+        promoted: list[ToolCall] = [
+            {"name": c.get("name") or "unknown_tool", "args": {}, "id": c.get("id"), "type": "tool_call"}
+            for c in message.invalid_tool_calls
+        ]
+        out.append(message.model_copy(update={"tool_calls": [*message.tool_calls, *promoted], "invalid_tool_calls": []}))
+        repairs.extend(Repair(3, "invalid_call_normalised", str(c["id"])) for c in promoted)
+    return out, repairs
 
 
 def _normalise_call_ids(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:

@@ -18,7 +18,6 @@ Messages are copied, never rebuilt, so ids, artifacts and other metadata survive
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -26,13 +25,10 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentkeel.harness.middleware.base import KeelMiddleware
+from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, ToolResult
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META
 from agentkeel.harness.middleware.tool_meta import classify
-
-ToolResult = ToolMessage | Command[Any]
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 
 DETAIL_MAX_CHARS = 500
 

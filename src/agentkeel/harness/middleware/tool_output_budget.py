@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,13 +29,11 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentkeel.harness.middleware.base import KeelMiddleware, run_context
+from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.sanitize import block_text, map_tool_messages
 from agentkeel.limits import ToolOutputLimits
 from agentkeel.sandbox.workspace import Workspace
-
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
 CHARS_PER_TOKEN = 4
 """The rough estimate behind the "~tokens" figure the model is shown."""

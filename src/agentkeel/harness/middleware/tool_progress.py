@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,14 +31,19 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentkeel.harness.middleware.base import HintQueue, KeelMiddleware, ModelHandler, run_context
+from agentkeel.harness.middleware.base import (
+    HintQueue,
+    KeelMiddleware,
+    ModelHandler,
+    ToolHandler,
+    ToolResult,
+    run_context,
+)
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META, fingerprint
 from agentkeel.harness.middleware.responses import text_of
 from agentkeel.limits import ToolProgressLimits
 
-ToolResult = ToolMessage | Command[Any]
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 Phase = Literal["active", "warned", "blocked"]
 
 COUNTED_SOURCES = frozenset({"tool", "exception"})

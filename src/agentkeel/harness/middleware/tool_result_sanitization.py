@@ -16,25 +16,27 @@ about, and what later guards fingerprint; it must be the same text every time it
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentkeel.harness.middleware.base import KeelMiddleware
+from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler
 from agentkeel.harness.middleware.contracts import Contract, on
+from agentkeel.harness.middleware.keys import TOOL_META
 from agentkeel.harness.middleware.sanitize import map_tool_messages, neutralize_content
 from agentkeel.limits import SanitizationLimits
-
-ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
 
 
 class ToolResultSanitization(KeelMiddleware):
     """Escapes framework-authority tags in the results of every non-exempt tool."""
 
-    contract: ClassVar[Contract] = Contract(axes={"tool": on(mutates={"tool_result"})})
+    # Requiring the metadata puts it outer of ToolErrorHandling, so the error text built from a
+    # tool's exception (which can quote attacker-controlled output) is neutralised too.
+    contract: ClassVar[Contract] = Contract(
+        axes={"tool": on(requires={"tool_result.meta"}, reads={"tool_result.meta"}, mutates={"tool_result"})}
+    )
 
     def __init__(self, limits: SanitizationLimits) -> None:
         super().__init__()
@@ -47,12 +49,14 @@ class ToolResultSanitization(KeelMiddleware):
         if not self.limits.enabled or tool in self._exempt:
             return result
         changed: list[str] = []
+        statuses: list[str] = []
 
         def clean(message: ToolMessage) -> ToolMessage:
             content = neutralize_content(message.content)
             if content == message.content:
                 return message
             changed.append(str(message.tool_call_id))
+            statuses.append(str((message.additional_kwargs.get(TOOL_META) or {}).get("status", "unknown")))
             return message.model_copy(update={"content": content})
 
         cleaned = map_tool_messages(result, clean)
@@ -60,7 +64,7 @@ class ToolResultSanitization(KeelMiddleware):
             self.intervene(
                 request.runtime, "neutralized",
                 f"escaped framework-authority tags in the result of {tool}",
-                tool=tool, tool_call_ids=changed,
+                tool=tool, tool_call_ids=changed, result_statuses=statuses,
             )
         return cleaned
 

@@ -71,12 +71,20 @@ def _check_opening(roles: list[str]) -> None:
         raise _broken(2, start, f"the first non-system message is a {roles[start]} message, not a user message")
 
 
+def calls_of(message: AIMessage) -> list[tuple[str, str]]:
+    """``(id, name)`` of every call a provider receives for this message: the parsed tool calls and
+    the invalid ones (provider converters send those as tool calls too, with their raw arguments)."""
+    return [(c["id"] or "", c["name"]) for c in message.tool_calls] + [
+        (c.get("id") or "", c.get("name") or "") for c in message.invalid_tool_calls
+    ]
+
+
 def _check_tool_results(messages: Sequence[BaseMessage], roles: list[str]) -> None:
     earlier_calls: set[str] = set()
     index = 0
     while index < len(messages):
         message = messages[index]
-        if isinstance(message, AIMessage) and message.tool_calls:
+        if isinstance(message, AIMessage) and calls_of(message):
             index = _check_answers(messages, roles, index, message, earlier_calls)
             continue
         if isinstance(message, ToolMessage):
@@ -93,11 +101,10 @@ def _check_answers(
 ) -> int:
     """Check the tool messages after ``calls`` (at ``index``); return the next index to scan."""
     pending: dict[str, str] = {}
-    for call in calls.tool_calls:
-        call_id = call["id"] or ""
+    for call_id, name in calls_of(calls):
         if not call_id or call_id in pending:
-            raise _broken(3, index, f"tool call {call['name']!r} has a missing or duplicate id {call_id!r}")
-        pending[call_id] = call["name"]
+            raise _broken(3, index, f"tool call {name!r} has a missing or duplicate id {call_id!r}")
+        pending[call_id] = name
     answered: set[str] = set()
     cursor = index + 1
     while cursor < len(messages) and isinstance(result := messages[cursor], ToolMessage):
