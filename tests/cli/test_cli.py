@@ -27,7 +27,8 @@ def workdir(tmp_path: Path) -> Path:
 def test_demo_runs_to_a_clean_ledger_and_runs_show_reads_it_back(workdir: Path) -> None:
     demo = keel("demo", cwd=workdir)
     assert demo.returncode == 0, demo.stderr
-    for heading in ("Why did it stop?", "What did it spend?", "Which step changed which file?", "Where can it resume?"):
+    for heading in ("Why did it stop?", "What did the guards do?", "What did it spend?",
+                    "Which step changed which file?", "Where can it resume?"):
         assert heading in demo.stdout
     assert "success" in demo.stdout and "outputs/report.md" in demo.stdout
     assert (workdir / ".agentkeel" / "keel.db").is_file()
@@ -45,7 +46,23 @@ def test_demo_runs_to_a_clean_ledger_and_runs_show_reads_it_back(workdir: Path) 
     report = next(c for c in ledger["files_changed"] if c["path"] == "/workspace/outputs/report.md")
     assert report["tool_call_id"] and report["tool_seq"] > 0 and report["after_sha256"]
     workspace = workdir / ".agentkeel" / "threads" / ledger["thread_id"] / "workspace"
-    assert "Recommendation" in (workspace / "outputs" / "report.md").read_text()
+    report_text = (workspace / "outputs" / "report.md").read_text()
+    assert "Use **PostgreSQL**" in report_text and "sqlite" not in report_text  # every edit landed
+    # The demo's one unread edit was refused by the gate, then retried after a re-read.
+    assert [(i["middleware"], i["action"]) for i in ledger["interventions"]] == [("ReadBeforeWrite", "blocked")]
+    assert "LoopDetection" in ledger["guards"] and "TokenBudget" in ledger["guards"]
+
+
+def test_chain_prints_the_checked_manifest(workdir: Path) -> None:
+    shown = keel("chain", "--agent", "lead", cwd=workdir)
+    assert shown.returncode == 0, shown.stderr
+    manifest = json.loads(shown.stdout)
+    assert manifest["kind"] == "lead" and "Clarification" in manifest["order"]
+    assert manifest["axes"]["model"]["outer_to_inner"][-1] == "RequestGrammar"
+    sub = json.loads(keel("chain", "--kind", "subagent", cwd=workdir).stdout)
+    assert sub["kind"] == "subagent" and "Clarification" not in sub["order"] and "LoopDetection" in sub["order"]
+    missing = keel("chain", "--agent", "nobody", cwd=workdir)
+    assert missing.returncode == 2 and "nobody" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledger(workdir: Path) -> None:

@@ -296,3 +296,26 @@ async def test_hard_stop_drops_raw_provider_tool_call_fields() -> None:
     assert out.response_metadata["finish_reason"] == "stop"
     assert out.content.startswith("[LOOP STOPPED]")
     assert guard._fallback_reasons.entries[0]["cause"] == "m1"
+
+
+async def test_rereading_a_file_after_each_edit_is_not_a_loop_but_rereading_an_unchanged_one_is(tmp_path: Path) -> None:
+    from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
+
+    path = "/workspace/notes.md"
+    edit_cycle = []
+    for i in range(6):  # read, edit, read, edit ... : the gate requires every one of these reads
+        edit_cycle.append(turn(("read_file", {"path": path})))
+        edit_cycle.append(turn(("write_file", {"path": path, "content": f"line {i}\n", "append": True})))
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.md").write_text("start\n")
+    out = await run_agent(script(*edit_cycle, {"say": "done"}),
+                          [LoopDetection(LoopDetectionLimits()), ReadBeforeWrite()], tmp_path / "ws")
+    assert out.codes == [] and not out.journal.kinds("intervention")
+    assert (tmp_path / "ws" / "notes.md").read_text().count("line") == 6
+
+    (tmp_path / "ws2").mkdir()
+    (tmp_path / "ws2" / "notes.md").write_text("start\n")
+    same = [turn(("read_file", {"path": path}), repeat=6), {"say": "done"}]
+    out = await run_agent(script(*same), [LoopDetection(LoopDetectionLimits()), ReadBeforeWrite()], tmp_path / "ws2")
+    # The first read has no earlier version; reads 2-6 of the unchanged file are identical calls.
+    assert out.codes == ["loop_capped"]

@@ -62,10 +62,17 @@ def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
 
     console.print("\n[bold]Why did it stop?[/]")
     if not ledger["stop_reasons"]:
-        console.print("  finished cleanly: the model gave its final answer; no guard or limit intervened")
+        console.print("  finished cleanly: the model gave its final answer; no guard or limit stopped it")
     for entry in ledger["stop_reasons"]:
         primary = " [bold](primary)[/]" if entry["code"] == ledger["stop_reason"] else ""
         console.print(f"  seq {entry['seq']:>4} {entry['code']}{primary} [{entry['class']}] from {entry['source']}: {entry['detail']}")
+    interventions = ledger.get("interventions") or []
+    if ledger.get("guards"):
+        console.print(f"\n[bold]What did the guards do?[/] [dim]({len(ledger['guards'])} in the chain)[/]")
+        if not interventions:
+            console.print("  nothing: no guard had to act")
+        for item in interventions:
+            console.print(f"  seq {item['seq']:>4} {item['middleware']} {item['action']}: {_preview(item['detail'] or '', 90)}")
 
     usage = ledger["usage"]
     console.print("\n[bold]What did it spend?[/]")

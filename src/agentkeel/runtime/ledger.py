@@ -1,8 +1,9 @@
 """The run ledger: the answers to a user's plain questions about one run, as data.
 
-Why did it stop (status, primary stop reason, every reason), what did it spend (tokens by caller and
-by model, model and tool calls), which step changed which file (tool call id and journal seq, with
-before/after hashes), and where can it resume (thread and head checkpoint).
+Why did it stop (status, primary stop reason, every reason), what did the guards do short of
+stopping it (every intervention: a blocked write, a retry, a repaired request), what did it spend
+(tokens by caller and by model, model and tool calls), which step changed which file (tool call id
+and journal seq, with before/after hashes), and where can it resume (thread and head checkpoint).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ async def build_ledger(
         "tool_calls": dict(Counter(e.data.get("name", "?") for e in tool_calls)),
         "tool_errors": sum(1 for e in tool_calls if e.data.get("status") == "error"),
         "files_changed": [e.data | {"seq": e.seq} for e in events if e.kind == "file.changed"],
+        "interventions": [
+            {"seq": e.seq, "middleware": e.data.get("middleware"), "action": e.data.get("action"),
+             "detail": e.data.get("detail")}
+            for e in events if e.kind == "intervention"
+        ],
+        "guards": next((e.data.get("order", []) for e in events if e.kind == "chain.manifest"), []),
         "journal_events": len(events),
         "resume": {"thread_id": record.thread_id, "checkpoint_id": head},
     }

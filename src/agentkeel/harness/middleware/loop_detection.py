@@ -13,6 +13,10 @@ where this guard sits relative to the other guards:
   ``max(window_size, tool_freq_hard_limit, override hard limits)`` calls, so counts decay and a long
   healthy run never trips. No early return: all calls of a response are counted before judging.
 
+A ``read_file`` counts as the same call only while the file is unchanged: its key carries the hash of
+the file at the newest read of that path (the read-before-write mark). Re-reading a file after each
+edit — which the read-before-write gate requires — is progress, not a loop.
+
 Warnings go to the *next* request as one transient ``loop_warning`` note (never into state, so an
 AIMessage with tool calls stays directly followed by its ToolMessages). A hard stop withholds the
 response's calls and records ``loop_capped`` once per run; later responses that still hit a limit are
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse
 
 from agentkeel.harness.middleware.base import HintQueue, KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
+from agentkeel.harness.middleware.keys import READ_MARK
 from agentkeel.harness.middleware.responses import intended_calls, last_ai, replace_ai, withhold
 from agentkeel.limits import LoopDetectionLimits
 
@@ -68,20 +74,38 @@ def _read_key(args: Mapping[str, Any]) -> str | None:
     return f"{args.get('path')}:{first}-{last}"
 
 
-def call_key(call: Mapping[str, Any]) -> str:
-    """One call as ``name:canonical args`` (sorted-key JSON; ``read_file`` by path and line buckets)."""
+def virtual_path(path: Any) -> str:
+    """``notes/a.md`` and ``/workspace/./notes/a.md`` as one ``/workspace/notes/a.md``."""
+    text = str(path or "")
+    return posixpath.normpath(text if text.startswith("/") else f"/workspace/{text}")
+
+
+def read_versions(messages: Sequence[Any]) -> dict[str, str]:
+    """Path -> file hash at the newest ``read_file`` of it, from the read marks in ``messages``."""
+    versions: dict[str, str] = {}
+    for message in messages:
+        mark = (getattr(message, "additional_kwargs", None) or {}).get(READ_MARK)
+        if isinstance(mark, Mapping) and mark.get("path"):
+            versions[virtual_path(mark["path"])] = str(mark.get("sha256", ""))
+    return versions
+
+
+def call_key(call: Mapping[str, Any], versions: Mapping[str, str] | None = None) -> str:
+    """One call as ``name:canonical args`` (sorted-key JSON; ``read_file`` by path, line buckets
+    and the file's version at its newest read)."""
     name = str(call.get("name") or "")
     args = _parse_json_strings(call.get("args") or {})
     if name == "read_file" and isinstance(args, Mapping):
         key = _read_key(args)
         if key is not None:
-            return f"{name}:{key}"
+            version = (versions or {}).get(virtual_path(args.get("path")), "")
+            return f"{name}:{key}@{version}"
     return f"{name}:{json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)}"
 
 
-def call_set_hash(calls: Sequence[Mapping[str, Any]]) -> str:
+def call_set_hash(calls: Sequence[Mapping[str, Any]], versions: Mapping[str, str] | None = None) -> str:
     """A short digest of a response's calls that ignores their order."""
-    entries = sorted(call_key(c) for c in calls)
+    entries = sorted(call_key(c, versions) for c in calls)
     return hashlib.sha256(json.dumps(entries, ensure_ascii=False).encode("utf-8")).hexdigest()[:12]
 
 
@@ -120,11 +144,11 @@ class LoopTracker:
             return override.warn, override.hard_limit
         return self.limits.tool_freq_warn, self.limits.tool_freq_hard_limit
 
-    def observe(self, calls: Sequence[Mapping[str, Any]]) -> Verdict:
+    def observe(self, calls: Sequence[Mapping[str, Any]], versions: Mapping[str, str] | None = None) -> Verdict:
         """Count one response's calls in both layers and say what fired."""
         verdict = Verdict()
         if calls:
-            self._observe_hash(call_set_hash(calls), verdict)
+            self._observe_hash(call_set_hash(calls, versions), verdict)
             self._observe_frequency([str(c.get("name") or "") for c in calls], verdict)
         return verdict
 
@@ -194,7 +218,7 @@ class LoopDetection(KeelMiddleware):
         ai = last_ai(response)
         if ai is None:
             return response
-        verdict = self.tracker.observe(intended_calls(ai))
+        verdict = self.tracker.observe(intended_calls(ai), read_versions(request.messages))
         runtime = request.runtime
         if not verdict.trips:
             for text in verdict.warnings:
@@ -214,4 +238,4 @@ class LoopDetection(KeelMiddleware):
         return replace_ai(response, ai, withhold(ai, self.name, note))
 
 
-__all__ = ["LoopDetection", "LoopTracker", "Trip", "Verdict", "call_key", "call_set_hash"]
+__all__ = ["LoopDetection", "LoopTracker", "Trip", "Verdict", "call_key", "call_set_hash", "read_versions"]
