@@ -8,18 +8,22 @@ interventions and the exact requests the model received are returned for asserti
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware.base import KeelMiddleware
+from agentkeel.harness.middleware.responses import is_hint, was_stripped
 from agentkeel.harness.scripted import Script, ScriptedChatModel, ScriptSession
 from agentkeel.harness.stop_reasons import StopReasonCollector
 from agentkeel.harness.tools import build_tools
@@ -139,3 +143,61 @@ class GuardHarness:
 async def run_agent(script: dict[str, Any], middleware: list[Any], workspace: Path, **kwargs: Any) -> Outcome:
     """One run of a fresh :class:`GuardHarness`."""
     return await GuardHarness(script, middleware, workspace, **kwargs).run()
+
+
+# -- helpers shared by the guard tests ------------------------------------------------------------
+
+
+def script(*turns: dict[str, Any]) -> dict[str, Any]:
+    """A script whose ``lead`` plays ``turns``."""
+    return {"agents": {"lead": list(turns)}}
+
+
+def counting_tool(name: str, counter: Counter[str]) -> BaseTool:
+    """A tool that records each invocation under ``name`` and accepts any ``n``."""
+
+    def run(n: int = 0) -> str:
+        counter[name] += 1
+        return f"{name} {n}"
+
+    return tool(name, description=f"The {name} tool.")(run)
+
+
+class KeepGoing(AgentMiddleware):
+    """Stands in for whatever continues a run after a withheld response (a user, another turn):
+    asks the model to go on, ``times`` times."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.left = times
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and was_stripped(last) and self.left > 0:
+            self.left -= 1
+            return {"messages": [HumanMessage("Go on.")], "jump_to": "model"}
+        return None
+
+
+def hints(request: list[BaseMessage], name: str) -> list[str]:
+    """The texts of the transient notes named ``name`` in one request."""
+    return [str(m.content) for m in request if is_hint(m) and m.name == name]
+
+
+def assert_provider_valid(outcome: Outcome) -> None:
+    """Every AIMessage with tool calls is immediately followed by exactly its ToolMessages, and no
+    hint ever reaches state."""
+    for request in outcome.requests:
+        for i, message in enumerate(request):
+            if isinstance(message, AIMessage) and message.tool_calls:
+                ids = {c["id"] for c in message.tool_calls}
+                following = request[i + 1 : i + 1 + len(ids)]
+                assert all(isinstance(m, ToolMessage) for m in following)
+                assert {m.tool_call_id for m in following} == ids
+    assert not any(is_hint(m) for m in outcome.messages)
+
+
+def final_ai(outcome: Outcome) -> AIMessage:
+    """The last assistant message in the final state."""
+    return next(m for m in reversed(outcome.messages) if isinstance(m, AIMessage))

@@ -132,3 +132,31 @@ async def test_primary_stop_reason_is_the_same_under_any_valid_order(seed: int, 
     assert primary_code(outcome.stop_reasons) == primary_code(reference.stop_reasons)
     assert {"loop_capped", "token_capped", "turn_capped"} <= set(outcome.codes)
     assert outcome.messages[-1].text == "Final summary."
+
+
+def test_composition_keeps_the_checked_order_around_third_party_middleware() -> None:
+    from langchain.agents.middleware import AgentMiddleware
+
+    from agentkeel.harness.middleware.composed import ComposedGuards
+
+    class Outsider(AgentMiddleware):
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    chain = build_agent_chain("lead", Limits(), extra=[Outsider()])
+    runnable = chain.for_agent()
+    flattened = [n for m in runnable for n in ([x.name for x in m.members] if isinstance(m, ComposedGuards) else [m.name])]
+    assert flattened == [m.name for m in chain.middlewares]  # same members, same order
+    assert "Outsider" in [m.name for m in runnable]  # third-party keeps its own place
+    assert sum(isinstance(m, ComposedGuards) for m in runnable) == 2
+    assert len({m.name for m in runnable}) == len(runnable)  # LangChain needs unique names
+    manifest = chain.manifest()
+    assert [g["name"] for g in manifest["langchain_middleware"]] == [m.name for m in runnable]
+
+
+async def test_composed_chain_behaves_like_the_separate_middlewares(tmp_path: Path) -> None:
+    composed = GuardHarness(SCRIPT, build_agent_chain("lead", _tight_limits()).for_agent(), tmp_path / "a")
+    separate = GuardHarness(SCRIPT, list(build_agent_chain("lead", _tight_limits()).middlewares), tmp_path / "b")
+    one, two = await composed.run("go"), await separate.run("go")
+    assert one.codes == two.codes and [m.text for m in one.messages] == [m.text for m in two.messages]
+    assert len(one.requests) == len(two.requests)

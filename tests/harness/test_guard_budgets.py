@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_kit import Outcome, run_agent
-from langchain.agents.middleware import AgentMiddleware, hook_config
+from guard_kit import KeepGoing, assert_provider_valid, counting_tool, final_ai, hints, run_agent, script
+from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
 
 from agentkeel.harness.middleware.base import KeelMiddleware
 from agentkeel.harness.middleware.loop_detection import LoopDetection
@@ -24,30 +24,6 @@ from agentkeel.harness.middleware.turn_limit import TurnLimit
 from agentkeel.harness.stop_reasons import CAUSE_PRECEDENCE, primary_code
 from agentkeel.harness.tools._support import Runtime
 from agentkeel.limits import LoopDetectionLimits, TokenBudgetLimits, TurnLimits
-
-
-def counting_tool(name: str, counter: Counter[str]) -> BaseTool:
-    def run(n: int = 0) -> str:
-        counter[name] += 1
-        return f"{name} {n}"
-
-    return tool(name, description=f"The {name} tool.")(run)
-
-
-class KeepGoing(AgentMiddleware):
-    """Continues a run after a withheld response (as a terminal-response guard or a user would)."""
-
-    def __init__(self, times: int) -> None:
-        super().__init__()
-        self.left = times
-
-    @hook_config(can_jump_to=["model"])
-    async def aafter_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
-        last = state["messages"][-1]
-        if isinstance(last, AIMessage) and was_stripped(last) and self.left > 0:
-            self.left -= 1
-            return {"messages": [HumanMessage("Go on.")], "jump_to": "model"}
-        return None
 
 
 class RetryOnce(AgentMiddleware):
@@ -67,27 +43,12 @@ def probe_turn(input_tokens: int, output_tokens: int = 10, say: str = "", n: Any
     return {**entry, "say": say} if say else entry
 
 
-def script(*turns: dict[str, Any]) -> dict[str, Any]:
-    return {"agents": {"lead": list(turns)}}
 
 
-def hints(request: list[BaseMessage], name: str) -> list[str]:
-    return [str(m.content) for m in request if is_hint(m) and m.name == name]
 
 
-def assert_provider_valid(outcome: Outcome) -> None:
-    for request in outcome.requests:
-        for i, message in enumerate(request):
-            if isinstance(message, AIMessage) and message.tool_calls:
-                ids = {c["id"] for c in message.tool_calls}
-                following = request[i + 1 : i + 1 + len(ids)]
-                assert all(isinstance(m, ToolMessage) for m in following)
-                assert {m.tool_call_id for m in following} == ids
-    assert not any(is_hint(m) for m in outcome.messages)
 
 
-def last_ai(outcome: Outcome) -> AIMessage:
-    return next(m for m in reversed(outcome.messages) if isinstance(m, AIMessage))
 
 
 # -- TokenBudget --------------------------------------------------------------------------
@@ -119,7 +80,7 @@ async def test_budget_warns_once_then_caps_once(tmp_path: Path) -> None:
     stripped = [m for m in outcome.messages if isinstance(m, AIMessage) and was_stripped(m)]
     assert [m.id for m in stripped] == ["msg-k-lead-0-4", "msg-k-lead-0-5"]
     assert stripped[0].content.startswith("partial") and "[TOKEN BUDGET EXCEEDED]" in stripped[0].content
-    final = last_ai(outcome)
+    final = final_ai(outcome)
     assert final.tool_calls == [] and "tool_calls" not in final.additional_kwargs
     assert_provider_valid(outcome)
 
@@ -184,7 +145,7 @@ async def test_budget_does_not_cap_a_final_answer(tmp_path: Path) -> None:
         script({"say": "All done.", "usage": {"input": 5_000, "output": 10}}),
         [TokenBudget(TokenBudgetLimits(max_tokens=1_000))], tmp_path / "ws",
     )
-    assert outcome.codes == [] and last_ai(outcome).content == "All done."
+    assert outcome.codes == [] and final_ai(outcome).content == "All done."
 
 
 # -- TurnLimit ----------------------------------------------------------------------------
@@ -213,7 +174,7 @@ async def test_turn_limit_leaves_a_final_answer_alone(tmp_path: Path) -> None:
         script(probe_turn(10), {"say": "done"}), [TurnLimit(TurnLimits(max_turns=2))], tmp_path / "ws",
         tools=[counting_tool("probe", counter)],
     )
-    assert outcome.codes == [] and last_ai(outcome).content == "done" and counter["probe"] == 1
+    assert outcome.codes == [] and final_ai(outcome).content == "done" and counter["probe"] == 1
 
 
 async def test_turn_limit_counts_successful_model_calls_not_attempts(tmp_path: Path) -> None:
@@ -256,7 +217,7 @@ async def test_guards_decide_the_same_in_any_order(chain: tuple[str, ...], tmp_p
     assert sorted(outcome.codes) == expected
     assert {e["cause"] for e in outcome.stop_reasons} == {"msg-k-lead-0-2"}
     assert primary_code(outcome.stop_reasons) == min(expected, key=CAUSE_PRECEDENCE.index)
-    final = last_ai(outcome)
+    final = final_ai(outcome)
     assert final.id == "msg-k-lead-0-2" and final.tool_calls == []
     assert len(final.additional_kwargs[WITHHELD]["tool_calls"]) == 1
     assert sorted(b["middleware"] for b in final.additional_kwargs[WITHHELD]["by"]) == sorted(

@@ -6,44 +6,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from guard_kit import Outcome, run_agent
+from guard_kit import KeepGoing, assert_provider_valid, counting_tool, final_ai, hints, run_agent, script
 from hypothesis import given
 from hypothesis import strategies as st
-from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.messages import AIMessage, HumanMessage
 
 from agentkeel.harness.middleware.loop_detection import LoopDetection, LoopTracker, call_key, call_set_hash
 from agentkeel.harness.middleware.responses import WITHHELD, is_hint, was_stripped
 from agentkeel.limits import FrequencyOverride, LoopDetectionLimits
-
-
-def counting_tool(name: str, counter: Counter[str]) -> BaseTool:
-    """A tool that records each invocation under ``name`` and accepts any ``n``."""
-
-    def run(n: int = 0) -> str:
-        counter[name] += 1
-        return f"{name} {n}"
-
-    return tool(name, description=f"The {name} tool.")(run)
-
-
-class KeepGoing(AgentMiddleware):
-    """Stands in for whatever continues a run after a withheld response (a terminal-response
-    guard, a user): asks the model to go on, ``times`` times."""
-
-    def __init__(self, times: int) -> None:
-        super().__init__()
-        self.left = times
-
-    @hook_config(can_jump_to=["model"])
-    async def aafter_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
-        last = state["messages"][-1]
-        if isinstance(last, AIMessage) and was_stripped(last) and self.left > 0:
-            self.left -= 1
-            return {"messages": [HumanMessage("Go on.")], "jump_to": "model"}
-        return None
 
 
 def turn(*calls: tuple[str, dict[str, Any]], repeat: int | str = 1, say: str = "") -> dict[str, Any]:
@@ -51,29 +22,12 @@ def turn(*calls: tuple[str, dict[str, Any]], repeat: int | str = 1, say: str = "
     return {**entry, "say": say} if say else entry
 
 
-def script(*turns: dict[str, Any]) -> dict[str, Any]:
-    return {"agents": {"lead": list(turns)}}
 
 
-def hints(request: list[BaseMessage], name: str = "loop_warning") -> list[str]:
-    return [str(m.content) for m in request if is_hint(m) and m.name == name]
 
 
-def assert_provider_valid(outcome: Outcome) -> None:
-    """Every AIMessage with tool calls is immediately followed by exactly its ToolMessages, and no
-    hint ever reaches state."""
-    for request in outcome.requests:
-        for i, message in enumerate(request):
-            if isinstance(message, AIMessage) and message.tool_calls:
-                ids = {c["id"] for c in message.tool_calls}
-                following = request[i + 1 : i + 1 + len(ids)]
-                assert all(isinstance(m, ToolMessage) for m in following)
-                assert {m.tool_call_id for m in following} == ids
-    assert not any(is_hint(m) for m in outcome.messages)
 
 
-def last_ai(outcome: Outcome) -> AIMessage:
-    return next(m for m in reversed(outcome.messages) if isinstance(m, AIMessage))
 
 
 # -- pure helpers -------------------------------------------------------------------------
@@ -158,14 +112,14 @@ async def test_three_identical_warn_and_five_stop(tmp_path: Path) -> None:
     )
     assert len(outcome.requests) == 5
     assert counter["probe"] == 4  # the fifth call set was withheld, the tool never ran again
-    assert [hints(r) for r in outcome.requests[:3]] == [[], [], []]
+    assert [hints(r, "loop_warning") for r in outcome.requests[:3]] == [[], [], []]
     warning = outcome.requests[3][-1]
     assert is_hint(warning) and warning.name == "loop_warning"
     assert "[LOOP DETECTED] You are repeating the same tool calls" in str(warning.content)
-    assert hints(outcome.requests[4]) == []  # warned once per hash
+    assert hints(outcome.requests[4], "loop_warning") == []  # warned once per hash
     assert_provider_valid(outcome)
 
-    final = last_ai(outcome)
+    final = final_ai(outcome)
     assert final.id == "msg-k-lead-0-5"
     assert final.tool_calls == [] and "tool_calls" not in final.additional_kwargs
     assert final.content.startswith("step 5") and "[LOOP STOPPED]" in final.content
@@ -185,8 +139,8 @@ async def test_different_arguments_do_not_count(tmp_path: Path) -> None:
         [LoopDetection(LoopDetectionLimits())], tmp_path / "ws", tools=[counting_tool("probe", counter)],
     )
     assert counter["probe"] == 8 and outcome.codes == []
-    assert not any(hints(r) for r in outcome.requests)
-    assert last_ai(outcome).content == "done"
+    assert not any(hints(r, "loop_warning") for r in outcome.requests)
+    assert final_ai(outcome).content == "done"
 
 
 async def test_order_of_calls_inside_a_response_does_not_change_the_hash(tmp_path: Path) -> None:
@@ -197,7 +151,7 @@ async def test_order_of_calls_inside_a_response_does_not_change_the_hash(tmp_pat
         script(ab, ba, ab, ba, ab), [LoopDetection(LoopDetectionLimits())], tmp_path / "ws",
         tools=[counting_tool("alpha", counter), counting_tool("beta", counter)],
     )
-    assert "repeating the same tool calls" in hints(outcome.requests[3])[0]
+    assert "repeating the same tool calls" in hints(outcome.requests[3], "loop_warning")[0]
     assert outcome.codes == ["loop_capped"]
     assert counter == Counter({"alpha": 4, "beta": 4})
     assert_provider_valid(outcome)
@@ -213,7 +167,7 @@ async def test_call_set_window_decays(tmp_path: Path) -> None:
         [LoopDetection(limits)], tmp_path / "ws", tools=[counting_tool("probe", counter)],
     )
     assert outcome.codes == [] and counter["probe"] == 8
-    assert [len(hints(r)) for r in outcome.requests] == [0, 0, 0, 1, 0, 0, 1, 0, 0]
+    assert [len(hints(r, "loop_warning")) for r in outcome.requests] == [0, 0, 0, 1, 0, 0, 1, 0, 0]
 
 
 # -- frequency layer on the agent ---------------------------------------------------------
@@ -231,13 +185,13 @@ async def test_frequency_counts_every_call_of_a_multi_call_response(tmp_path: Pa
         [LoopDetection(limits)], tmp_path / "ws",
         tools=[counting_tool("alpha", counter), counting_tool("beta", counter)],
     )
-    warning = hints(outcome.requests[1])
+    warning = hints(outcome.requests[1], "loop_warning")
     assert len(warning) == 1 and "called alpha 1 times" in warning[0] and "called beta 2 times" in warning[0]
     assert outcome.requests[1][-1].name == "loop_warning"
     assert outcome.codes == ["loop_capped"]
     assert outcome.stop_reasons[0]["data"] == {"layer": "frequency", "tool": "beta", "count": 3, "threshold": 3}
     assert counter == Counter({"alpha": 1, "beta": 2})
-    assert last_ai(outcome).content.startswith("again")
+    assert final_ai(outcome).content.startswith("again")
     assert_provider_valid(outcome)
 
 
@@ -253,10 +207,10 @@ async def test_frequency_window_decays_and_warns_again(tmp_path: Path) -> None:
         tools=[counting_tool("probe", counter), counting_tool("other", counter)],
     )
     assert outcome.codes == [] and counter == Counter({"probe": 6, "other": 3})
-    warned = [i for i, r in enumerate(outcome.requests) if hints(r)]
+    warned = [i for i, r in enumerate(outcome.requests) if hints(r, "loop_warning")]
     assert warned == [3, 6, 9]  # probe at 3, other at 3, probe again after decaying
-    assert "called other 3 times" in hints(outcome.requests[6])[0]
-    assert "called probe 3 times" in hints(outcome.requests[9])[0]
+    assert "called other 3 times" in hints(outcome.requests[6], "loop_warning")[0]
+    assert "called probe 3 times" in hints(outcome.requests[9], "loop_warning")[0]
 
 
 # -- hard stop once per run ---------------------------------------------------------------

@@ -50,3 +50,11 @@ def test_run_overhead_at_five_steps(monkeypatch: pytest.MonkeyPatch, capsys: pyt
 def test_checkpoint_bytes_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None:
     row = _load("checkpoint_bytes", monkeypatch).measure_checkpoint_bytes("full", 6, message_chars=50)
     assert row["steps"] == 3 and len(row["per_step"]) == 3 and row["total_bytes"] > 0
+
+
+def test_chain_overhead_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("chain_overhead", monkeypatch)
+    result = bench.main(["--steps", "3", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "chain cost in repair mode" in out and "without chain" in out
+    assert set(result) == {"per_step_ms", *(f"cost_{name}" for name in bench.VARIANTS)}

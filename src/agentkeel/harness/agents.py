@@ -108,7 +108,7 @@ class Harness:
             self.models.build(resolved.model_name, run_key=(config.get("metadata") or {}).get("run_id")),
             tools,
             system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
-            middleware=list(self.chain(resolved).middlewares),
+            middleware=self.chain(resolved).for_agent(),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,

@@ -217,6 +217,13 @@ class Chain:
     kind: ChainKind
     middlewares: tuple[Any, ...]
 
+    def for_agent(self) -> list[Any]:
+        """The list to hand to ``create_agent``: the checked order, with runs of AgentKeel wrappers
+        composed into one LangChain middleware each (:mod:`.composed` says why)."""
+        from agentkeel.harness.middleware.composed import compose
+
+        return compose(self.middlewares)
+
     def manifest(self) -> dict[str, Any]:
         """Per axis, the effective execution order, and every member's contract (JSON-ready)."""
         names = [_name(mw) for mw in self.middlewares]
@@ -247,6 +254,10 @@ class Chain:
                 for mw in self.middlewares
             ],
             "notes": notes,
+            "langchain_middleware": [
+                {"name": _name(m), "members": [_name(x) for x in getattr(m, "members", (m,))]}
+                for m in self.for_agent()
+            ],
         }
 
 

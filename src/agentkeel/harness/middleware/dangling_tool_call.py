@@ -14,6 +14,7 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
+from agentkeel.harness.middleware.grammar import grammar_violation
 from agentkeel.harness.middleware.repair import Repair, repair_tool_pairing, summarize
 
 
@@ -32,6 +33,8 @@ class DanglingToolCall(KeelMiddleware):
 
     async def awrap_model_call(self, request: ModelRequest, handler: ModelHandler) -> ModelResponse:
         handler = self.traced(request, handler)
+        if grammar_violation(None, request.messages) is None:  # the common case: one cheap pass
+            return await handler(request)
         messages, repairs = repair_tool_pairing(request.messages)
         if not repairs:
             return await handler(request)
