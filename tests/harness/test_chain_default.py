@@ -160,3 +160,28 @@ async def test_composed_chain_behaves_like_the_separate_middlewares(tmp_path: Pa
     one, two = await composed.run("go"), await separate.run("go")
     assert one.codes == two.codes and [m.text for m in one.messages] == [m.text for m in two.messages]
     assert len(one.requests) == len(two.requests)
+
+
+def _named(chain_members: list[Any], *names: str) -> list[Any]:
+    by_name = {m.name: m for m in chain_members}
+    return [by_name[n] for n in names]
+
+
+def test_each_rule_fails_by_name_on_the_real_guards() -> None:
+    members = guard_members("lead", Limits())
+    # Rule 1: ToolProgress needs the metadata ToolErrorHandling stamps, so it must wrap it.
+    progress, errors = _named(members, "ToolProgress", "ToolErrorHandling")
+    with pytest.raises(ChainError, match=r"rule 1 \(requires\).*axis tool.*tool_result\.meta.*ToolProgress.*ToolErrorHandling"):
+        check_order("lead", [errors, progress])
+    # Rule 2: loop counting must see the calls after the safety repair.
+    loop, safety = _named(members, "LoopDetection", "SafetyFinishReason")
+    with pytest.raises(ChainError, match=r"rule 2 \(observes_final\).*axis model.*model_response\.tool_calls.*LoopDetection.*SafetyFinishReason"):
+        check_order("lead", [safety, loop])
+    # Rule 3: the request grammar is innermost on the model axis.
+    grammar, retries = _named(members, "RequestGrammar", "LLMErrorHandling")
+    with pytest.raises(ChainError, match=r"rule 3 \(slot\).*axis model.*LLMErrorHandling.*RequestGrammar"):
+        check_order("lead", [grammar, retries])
+    # Rule 4: a subagent chain without the loop guard (the 4.4M-token incident) does not build.
+    sub = [m for m in guard_members("subagent", Limits()) if m.name != "LoopDetection"]
+    with pytest.raises(ChainError, match=r"rule 4 \(mandatory_for\).*LoopDetection.*subagent"):
+        build_chain("subagent", sub, catalog=CATALOG, derive=True)

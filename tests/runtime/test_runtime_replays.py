@@ -16,6 +16,7 @@ from runtime_support import (
     new_thread_id,
     run_to_end,
     thread_messages,
+    thread_status,
     turn,
     workspace,
 )
@@ -155,3 +156,34 @@ async def test_loop_warning_keeps_call_result_adjacency_at_a_strict_provider(kee
     assert record.status is RunStatus.success, record.error
     assert record.stop_reasons == []
     assert not any("[LOOP DETECTED]" in str(m.content) for m in messages)  # transient, never state
+
+
+async def test_clarification_pauses_the_run_and_a_resume_answers_it(keel) -> None:
+    ask = [
+        turn("I need to know the audience first.",
+             call("ask_clarification", question="Who is the report for?", options=["engineers", "executives"]),
+             call("write_file", path="/workspace/outputs/report.md", content="# Guessing\n")),
+    ]
+    # Each run replays its model's script from turn 1: the resumed run plays its own.
+    after = [
+        turn("Writing it for executives.",
+             call("write_file", path="/workspace/outputs/report.md", content="# For executives\n"),
+             expect={"contains": "The user answered: executives"}),
+        turn("Done: the report is for executives."),
+    ]
+    config = keel.config({"asker": ask, "after": after})
+    async with keel.open(config) as rt:
+        thread = new_thread_id()
+        first = await run_to_end(rt, thread, "Write the report.")
+        report = workspace(config, thread) / "outputs" / "report.md"
+        assert not report.exists()  # the sibling write never ran before the answer
+        assert first.status is RunStatus.success
+        assert _codes(first) == ["clarification_requested"]
+        assert first.stop_reasons[0]["data"]["question"] == "Who is the report for?"
+        assert await thread_status(rt, thread) == "interrupted"
+
+        second = await run_to_end(rt, thread, None, command={"resume": "executives"}, model_name="after")
+        assert second.status is RunStatus.success, second.error
+        assert second.stop_reasons == []
+        assert report.read_text() == "# For executives\n"
+        assert await thread_status(rt, thread) == "idle"
