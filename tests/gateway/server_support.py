@@ -157,6 +157,21 @@ LEAD_SCRIPT: dict[str, Any] = {
     },
 }
 
+# The lead asks before writing (model "asker"); the resumed run continues (model "answered").
+QUESTION_TEXT = "Who is the note for?"
+ASKER_SCRIPT: dict[str, Any] = {"agents": {"lead": [{
+    "say": "I need to know the audience first.",
+    "tool_calls": [
+        {"name": "ask_clarification", "args": {"question": QUESTION_TEXT, "options": ["team", "boss"]}},
+        {"name": "write_file", "args": {"path": LEAD_NOTE, "content": "a guess\n"}},
+    ],
+}]}}
+ANSWERED_SCRIPT: dict[str, Any] = {"agents": {"lead": [
+    {"say": "Writing it for the boss.", "expect": {"contains": "The user answered: boss"},
+     "tool_calls": [{"name": "write_file", "args": {"path": LEAD_NOTE, "content": "for the boss\n"}}]},
+    {"say": "Done."},
+]}}
+
 # Official-server peer of the same graphs (the benchmark's comparison column).
 LANGGRAPH_JSON = {"dependencies": ["."], "graphs": {name: f"./graphs.py:{name}" for name in GRAPH_NAMES}}
 
@@ -180,11 +195,17 @@ def write_project(
     root.mkdir(parents=True, exist_ok=True)
     (root / "graphs.py").write_text(GRAPHS_PY)
     (root / "script.yaml").write_text(yaml.safe_dump(LEAD_SCRIPT, sort_keys=False))
+    (root / "asker.yaml").write_text(yaml.safe_dump(ASKER_SCRIPT, sort_keys=False))
+    (root / "answered.yaml").write_text(yaml.safe_dump(ANSWERED_SCRIPT, sort_keys=False))
     config = {
         "data_dir": str(root / "data"),
         "database": database or f"sqlite:///{root / 'keel.db'}",
         "stream": stream,
-        "models": [{"name": "scripted", "use": "scripted", "script": "script.yaml"}],
+        "models": [
+            {"name": "scripted", "use": "scripted", "script": "script.yaml"},
+            {"name": "asker", "use": "scripted", "script": "asker.yaml"},
+            {"name": "answered", "use": "scripted", "script": "answered.yaml"},
+        ],
         "assistants": [{"assistant_id": "lead", "model": "scripted"}],
         "graphs": {name: f"./graphs.py:{name}" for name in GRAPH_NAMES},
         "limits": {"stream_heartbeat_s": 1, "max_recursion_limit": 2000, **(limits or {})},

@@ -7,7 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import collect, events
+from server_support import LEAD_NOTE, QUESTION_TEXT, collect, events
+
+from agentkeel.sandbox.workspace import Workspace
 
 QUESTION = {"question": "approve?"}
 
@@ -71,3 +73,23 @@ async def test_resume_needs_a_thread(client: Any) -> None:
     with pytest.raises(httpx.HTTPStatusError) as caught:
         await client.runs.wait(None, "hitl", command={"resume": "yes"})
     assert caught.value.response.status_code == 400
+
+
+async def test_the_lead_asks_a_clarification_and_a_resume_answers_it(client: Any, keel_server: Any) -> None:
+    tid = (await client.threads.create())["thread_id"]
+    body = await client.runs.wait(
+        tid, "lead", input={"messages": [{"role": "user", "content": "write a note"}]},
+        context={"model_name": "asker"},
+    )
+    (pending,) = body["__interrupt__"]
+    assert pending["value"]["question"] == QUESTION_TEXT and pending["value"]["options"] == ["team", "boss"]
+    runs = await client.runs.list(tid)
+    assert runs[0]["status"] == "success" and runs[0]["stop_reason"] == "clarification_requested"
+    assert (await client.threads.get(tid))["status"] == "interrupted"
+    note = Workspace.for_thread(keel_server.config.parent / "data", tid).real_root / LEAD_NOTE.removeprefix("/workspace/")
+    assert not note.exists()  # the write that came with the question never ran
+
+    final = await client.runs.wait(tid, "lead", command={"resume": "boss"}, context={"model_name": "answered"})
+    assert "__interrupt__" not in final and final["messages"][-1]["content"] == "Done."
+    assert note.read_text() == "for the boss\n"
+    assert (await client.threads.get(tid))["status"] == "idle"
