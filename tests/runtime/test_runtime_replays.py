@@ -187,3 +187,26 @@ async def test_clarification_pauses_the_run_and_a_resume_answers_it(keel) -> Non
         assert second.stop_reasons == []
         assert report.read_text() == "# For executives\n"
         assert await thread_status(rt, thread) == "idle"
+
+
+async def test_a_flood_of_tool_output_is_saved_and_the_ledger_names_the_step(keel) -> None:
+    script = [
+        turn("Searching the log.", call("grep", "call_flood", pattern="match", path="/workspace/log.txt")),
+        turn("Summarised from the excerpt."),
+    ]
+    config = keel.config({"flood": script})
+    thread = new_thread_id()
+    (workspace(config, thread) / "log.txt").write_text(
+        "".join(f"match {i:04d} " + "x" * 90 + "\n" for i in range(300))
+    )
+    async with keel.open(config) as rt:
+        record = await run_to_end(rt, thread)
+        events = await journal(rt, record.run_id)
+        messages = await thread_messages(rt, thread)
+
+    result = next(m for m in messages if m.type == "tool")
+    assert len(result.content) <= 12_000 and "/workspace/.tool-results/grep-" in result.content
+    (saved,) = [e for e in _kinds(events, "file.changed") if e.data["path"].startswith("/workspace/.tool-results/")]
+    assert (saved.data["tool_call_id"], saved.data["tool_name"]) == ("call_flood", "ToolOutputBudget")
+    full = (workspace(config, thread) / saved.data["path"].removeprefix("/workspace/")).read_text()
+    assert full.count("match 0") == 200 and len(full) > 12_000  # grep stops at 200 matches; all kept

@@ -171,11 +171,29 @@ class ToolOutputBudget(KeelMiddleware):
             events.append(("externalized", f"{tool} output saved to {path}", {**facts, "path": path}))
             return message.model_copy(update={"content": excerpt(text, saved_header(name, path, text), self.limits)})
 
+        if not _any_oversized(result, self.limits.externalize_min_chars):
+            return result  # the common case, without a thread hop
         # File I/O (and slicing megabytes of text) stays off the event loop.
         budgeted = await asyncio.to_thread(map_tool_messages, result, budget)
         for action, detail, data in events:
             self.intervene(request.runtime, action, detail, **data)
+            if action == "externalized" and ctx is not None and ctx.touches is not None:
+                # The change ledger says which step produced the file: the call whose output it is.
+                ctx.touches.touched(data["path"], data["tool_call_id"], self.name)
         return budgeted
+
+
+def _any_oversized(result: Any, limit: int) -> bool:
+    found = False
+
+    def probe(message: ToolMessage) -> ToolMessage:
+        nonlocal found
+        text = plain_text(message.content)
+        found = found or (text is not None and len(text) > limit)
+        return message
+
+    map_tool_messages(result, probe)
+    return found
 
 
 __all__ = [
