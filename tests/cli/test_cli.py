@@ -82,6 +82,16 @@ def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> No
     assert bad_config.returncode == 2 and "limits.run_timeout_s" in bad_config.stderr
     assert "Traceback" not in bad_config.stderr
 
+    (workdir / "guard.yaml").write_text("limits: {loop_detection: {warn_threshold: 6}}\n")
+    bad_guard = keel("run", "hi", "--config", "guard.yaml", cwd=workdir)
+    assert bad_guard.returncode == 2 and "limits.loop_detection" in bad_guard.stderr
+    assert "hard_limit must be >= warn_threshold" in bad_guard.stderr and "Traceback" not in bad_guard.stderr
+
+    (workdir / "mw.yaml").write_text("assistants: [{assistant_id: lead, middleware: ['nope.module:Thing']}]\n")
+    bad_middleware = keel("run", "hi", "--config", "mw.yaml", cwd=workdir)
+    assert bad_middleware.returncode == 2 and "assistants.0.middleware.0" in bad_middleware.stderr
+    assert "Traceback" not in bad_middleware.stderr
+
     bad_model = keel("run", "hi", "--model", "nope", cwd=workdir)
     assert bad_model.returncode == 2 and "allowlist" in bad_model.stderr and "Traceback" not in bad_model.stderr
 

@@ -185,3 +185,23 @@ def test_each_rule_fails_by_name_on_the_real_guards() -> None:
     sub = [m for m in guard_members("subagent", Limits()) if m.name != "LoopDetection"]
     with pytest.raises(ChainError, match=r"rule 4 \(mandatory_for\).*LoopDetection.*subagent"):
         build_chain("subagent", sub, catalog=CATALOG, derive=True)
+
+
+def test_configured_third_party_middleware_is_placed_conservatively(tmp_path: Path) -> None:
+    from agentkeel.config import KeelConfig
+    from agentkeel.harness.agents import Harness
+
+    (tmp_path / "extra.py").write_text(
+        "from langchain.agents.middleware import AgentMiddleware\n"
+        "class Audit(AgentMiddleware):\n"
+        "    async def awrap_tool_call(self, request, handler):\n"
+        "        return await handler(request)\n"
+    )
+    config = KeelConfig(assistants=[{"assistant_id": "lead", "middleware": ["./extra.py:Audit"]}], base_dir=tmp_path)
+    harness = Harness(config)
+    chain = harness.chain(harness.resolve("lead"))
+    names = [m.name for m in chain.middlewares]
+    # It may mutate any tool result, so every guard that observes results final wraps it.
+    assert names.index("ToolOutputBudget") < names.index("Audit")
+    manifest = harness.manifest(harness.resolve("lead"))
+    assert manifest is not None and any(note.startswith("Audit declares no contract") for note in manifest["notes"])

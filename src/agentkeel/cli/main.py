@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentkeel.cli.render import progress_lines, render_ledger
-from agentkeel.config import ConfigError, KeelConfig, load_config
+from agentkeel.config import KeelConfig, load_config
 from agentkeel.runtime.ledger import build_ledger
 from agentkeel.runtime.observe import observe
 from agentkeel.runtime.records import ConflictError, RunStatus
@@ -35,11 +35,17 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML con
 
 
 def _config(path: Path | None) -> KeelConfig:
+    """The validated config, with its models, graphs and middleware chains built once: a broken
+    reference or a chain that breaks a contract is a clear message and exit 2, not a traceback."""
+    from agentkeel.harness.agents import Harness
+
     try:
-        return load_config(path)
-    except ConfigError as exc:
+        config = load_config(path)
+        Harness(config, config.checkpoint_mode)
+    except ValueError as exc:  # ConfigError, GraphLoadError, ChainError, script errors
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
+    return config
 
 
 async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[Any, dict[str, Any]]:
