@@ -76,6 +76,9 @@ class ToolProgressLimits(_Strict):
     similarity: Fraction = 0.8
     min_words: PositiveInt = 10
     exempt_tools: list[str] = Field(default_factory=lambda: ["ask_clarification", "task"])
+    # Tools that act rather than inform: the same confirmation twice ("Appended 7 bytes to ...") is
+    # expected, not a sign of stagnation; their errors and empty results still count.
+    action_tools: list[str] = Field(default_factory=lambda: ["write_file", "str_replace"])
 
 
 class ToolOutputLimits(_Strict):

@@ -249,3 +249,27 @@ def test_jaccard_is_symmetric_and_bounded(a: frozenset[str], b: frozenset[str]) 
     assert jaccard(a, b) == jaccard(b, a)
     assert 0.0 <= jaccard(a, b) <= 1.0
     assert jaccard(a, a) == 1.0
+
+
+async def test_identical_confirmations_of_an_action_tool_are_not_stagnation(tmp_path: Path) -> None:
+    from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
+    from agentkeel.harness.middleware.tool_error_handling import ToolErrorHandling
+    from agentkeel.limits import ToolProgressLimits
+
+    path = "/workspace/log.md"
+    turns = []
+    for _ in range(7):  # the same append, each time after a fresh read: "Appended 4 bytes to ..." x7
+        turns.append({"tool_calls": [{"name": "read_file", "args": {"path": path}}]})
+        turns.append({"tool_calls": [{"name": "write_file", "args": {"path": path, "content": "row\n", "append": True}}]})
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "log.md").write_text("")
+    chain = [ReadBeforeWrite(), ToolProgress(ToolProgressLimits()), ToolErrorHandling()]
+    out = await run_agent({"agents": {"lead": [*turns, {"say": "done"}]}}, chain, tmp_path / "ws")
+    assert out.codes == []
+    assert (tmp_path / "ws" / "log.md").read_text() == "row\n" * 7
+    # Treated as an information tool, the same confirmation would have blocked it.
+    (tmp_path / "ws2").mkdir()
+    (tmp_path / "ws2" / "log.md").write_text("")
+    chain = [ReadBeforeWrite(), ToolProgress(ToolProgressLimits(action_tools=[])), ToolErrorHandling()]
+    out = await run_agent({"agents": {"lead": [*turns, {"say": "done"}]}}, chain, tmp_path / "ws2")
+    assert out.codes == ["tool_blocked"]

@@ -102,6 +102,7 @@ class ToolProgress(KeelMiddleware):
         super().__init__()
         self.limits = limits
         self._exempt = frozenset(limits.exempt_tools)
+        self._actions = frozenset(limits.action_tools)
         self._states: dict[tuple[str, str], ToolPhase] = {}
         self._hints = HintQueue("progress_hint")
 
@@ -146,7 +147,7 @@ class ToolProgress(KeelMiddleware):
             await self._block(request, name, state, status)
             return
         kind = status if status in ("empty", "rate_limited", "error") else None
-        if status == "ok":
+        if status == "ok" and name not in self._actions:
             text = text_of(message)
             fp, words = str(meta.get("fingerprint") or fingerprint(text)), word_set(text)
             if self._near_duplicate(fp, words, state):
