@@ -152,10 +152,18 @@ async def test_loop_warning_keeps_call_result_adjacency_at_a_strict_provider(kee
         thread = new_thread_id()
         record = await run_to_end(rt, thread)
         messages = await thread_messages(rt, thread)
+        events = await journal(rt, record.run_id)
 
     assert record.status is RunStatus.success, record.error
     assert record.stop_reasons == []
     assert not any("[LOOP DETECTED]" in str(m.content) for m in messages)  # transient, never state
+    (warning,) = [e for e in _kinds(events, "intervention") if e.data["middleware"] == "LoopDetection"]
+    assert warning.data["action"] == "warn"
+    # Queued after the third response, delivered with the fourth request: after the third result.
+    third_result = [e for e in _tool_calls(events, "grep")][2]
+    fourth_call = _kinds(events, "model.call")[3]
+    assert third_result.seq < fourth_call.seq and warning.seq < fourth_call.seq
+    assert len(_tool_calls(events, "grep")) == 3 and _kinds(events, "file.changed") == []
 
 
 async def test_clarification_pauses_the_run_and_a_resume_answers_it(keel) -> None:
