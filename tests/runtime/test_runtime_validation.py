@@ -33,6 +33,9 @@ INVALID: list[tuple[str, dict[str, Any], str, int]] = [
     ("stream mode of the wrong type", {"stream_mode": [1]}, "stream_mode", 422),
     ("recursion limit not positive", {"config": {"recursion_limit": 0}}, "config.recursion_limit", 422),
     ("timeout not positive", {"timeout_s": 0}, "timeout_s", 422),
+    ("command goto without a node", {"input": None, "command": {"goto": {"input": 1}}}, "command.goto.node", 422),
+    ("command goto list entry without a node",
+     {"input": None, "command": {"goto": [{"node": ""}]}}, "command.goto.node", 422),
 ]
 
 BAD_THREAD_IDS = ["", "../escape", "a/b", ".hidden", "x" * 129, "spaces are bad"]

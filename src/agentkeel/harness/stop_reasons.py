@@ -84,7 +84,7 @@ def primary_code(entries: Iterable[dict[str, Any]]) -> str | None:
     first_seq: dict[str, int] = {}
     for entry in items:
         cause = entry.get("cause")
-        if cause is not None:
+        if isinstance(cause, str):
             seq = int(entry.get("seq", 0))
             first_seq[cause] = min(seq, first_seq.get(cause, seq))
     best: tuple[int, int, int, int] | None = None
@@ -92,7 +92,8 @@ def primary_code(entries: Iterable[dict[str, Any]]) -> str | None:
     for entry in items:
         klass = entry.get("class") or STOP_REASON_CLASSES.get(entry.get("code", ""), "")
         seq = int(entry.get("seq", 0))
-        instant = first_seq.get(entry.get("cause"), seq) if entry.get("cause") is not None else seq
+        cause = entry.get("cause")
+        instant = first_seq.get(cause, seq) if isinstance(cause, str) else seq
         rank = (0 if klass in _OUTRANKING_CLASSES else 1, instant, _precedence(entry.get("code", "")), seq)
         if best is None or rank < best:
             best, code = rank, entry.get("code")

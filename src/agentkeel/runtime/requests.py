@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import convert_to_messages
 from langchain_core.runnables import RunnableConfig
@@ -117,7 +117,7 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
     if request.command is not None and request.input is not None:
         raise RequestError("command", "give either input or command, not both")
     config = _run_config(request, limits)
-    _apply_checkpoint(config, request)
+    _apply_checkpoint(cast(dict[str, Any], config), request)
     return PreparedRun(
         request=request,
         assistant=assistant,
@@ -139,15 +139,22 @@ def _command(raw: Any) -> Command:
         raise RequestError(f"command.{unknown[0]}", "unknown field (known: resume, update, goto)")
     goto = raw.get("goto")
     if isinstance(goto, dict):
-        goto = Send(goto.get("node"), goto.get("input"))
+        goto = _send(goto)
     elif isinstance(goto, list):
-        goto = [Send(g.get("node"), g.get("input")) if isinstance(g, dict) else g for g in goto]
+        goto = [_send(g) if isinstance(g, dict) else g for g in goto]
     kwargs: dict[str, Any] = {"goto": goto or ()}
     if "resume" in raw:
         kwargs["resume"] = raw["resume"]
     if raw.get("update") is not None:
         kwargs["update"] = raw["update"]
     return Command(**kwargs)
+
+
+def _send(goto: dict[str, Any]) -> Send:
+    node = goto.get("node")
+    if not isinstance(node, str) or not node:
+        raise RequestError("command.goto.node", "must name a node of the graph")
+    return Send(node, goto.get("input"))
 
 
 def _apply_checkpoint(config: dict[str, Any], request: RunRequest) -> None:

@@ -154,6 +154,7 @@ def _uncancel() -> None:
 
 
 async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
+    assert state.collector is not None  # set before the body runs
     record = active.record
     prepared = active.prepared
     if prepared.request.after_seconds > 0:  # a delayed run stays pending (and cancellable) meanwhile
@@ -385,6 +386,7 @@ async def _rollback(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> bo
         if not preview.complete:
             reason = f"workspace files not restorable: {sorted(preview.unrestorable)}"
     if reason is None:
+        assert state.accessor is not None  # a rollback point implies the accessor that captured it
         try:
             await restore_rollback_point(state.accessor, state.rollback_point)
         except RollbackUnavailable as exc:

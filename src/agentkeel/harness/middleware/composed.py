@@ -12,7 +12,7 @@ the order LangChain executes is the checked order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
@@ -30,7 +30,8 @@ def _composable(middleware: Any) -> bool:
 
 def _bind_model(member: KeelMiddleware, inner: ModelHandler) -> ModelHandler:
     async def call(request: ModelRequest) -> ModelResponse:
-        return await member.awrap_model_call(request, inner)
+        # AgentKeel wrappers always answer with a ModelResponse (never a bare AIMessage).
+        return cast(ModelResponse, await member.awrap_model_call(request, inner))
 
     return call
 

@@ -10,7 +10,10 @@ writes graph state, so the history stays a faithful record of what happened.
 
 from __future__ import annotations
 
+from typing import cast
+
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
@@ -46,7 +49,7 @@ class DanglingToolCall(KeelMiddleware):
                 request.runtime, "repair", f"repaired tool-call pairing in the model request: {counts}",
                 **summary, call_ids=sorted({r.subject for r in repairs if r.action == "synthetic_result"}),
             )
-        return await handler(request.override(messages=messages))
+        return await handler(request.override(messages=cast(list[AnyMessage], messages)))
 
 
 __all__ = ["DanglingToolCall"]

@@ -231,7 +231,7 @@ class LoopDetection(KeelMiddleware):
         if not self._capped:
             self._capped = True
             first = verdict.trips[0]
-            data = {"layer": first.layer, "count": first.count, "threshold": first.threshold}
+            data: dict[str, Any] = {"layer": first.layer, "count": first.count, "threshold": first.threshold}
             data["hash" if first.layer == "hash" else "tool"] = first.key
             await self.stop(runtime, "loop_capped", f"Tool calls withheld: {reasons}.", data, cause=ai.id)
         self.intervene(runtime, "withhold", note, message_id=ai.id)

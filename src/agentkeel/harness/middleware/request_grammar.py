@@ -16,9 +16,10 @@ prompt and tools, this guard checks the request against the provider grammar
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
@@ -66,7 +67,8 @@ class RequestGrammar(KeelMiddleware):
                 f"first violation: {broken}",
                 **summary, violation={"rule": broken.rule, "index": broken.index},
             )
-        return await handler(request.override(messages=repaired.messages, system_message=repaired.system_message))
+        messages = cast(list[AnyMessage], repaired.messages)
+        return await handler(request.override(messages=messages, system_message=repaired.system_message))
 
     @staticmethod
     def _producer(request: ModelRequest) -> str:
