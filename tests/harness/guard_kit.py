@@ -180,6 +180,16 @@ class KeepGoing(AgentMiddleware):
         return None
 
 
+class RetryOnce(AgentMiddleware):
+    """An outer stand-in for retry middleware: re-runs the whole inner chain once on an error."""
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        try:
+            return await handler(request)
+        except Exception:
+            return await handler(request)
+
+
 def hints(request: list[BaseMessage], name: str) -> list[str]:
     """The texts of the transient notes named ``name`` in one request."""
     return [str(m.content) for m in request if is_hint(m) and m.name == name]

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_kit import KeepGoing, assert_provider_valid, counting_tool, final_ai, hints, run_agent, script
-from langchain.agents.middleware import AgentMiddleware
+from guard_kit import KeepGoing, RetryOnce, assert_provider_valid, counting_tool, final_ai, hints, run_agent, script
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
@@ -24,16 +23,6 @@ from agentkeel.harness.middleware.turn_limit import TurnLimit
 from agentkeel.harness.stop_reasons import CAUSE_PRECEDENCE, primary_code
 from agentkeel.harness.tools._support import Runtime
 from agentkeel.limits import LoopDetectionLimits, TokenBudgetLimits, TurnLimits
-
-
-class RetryOnce(AgentMiddleware):
-    """Re-runs the inner chain once when the model call fails (a stand-in for LLM retries)."""
-
-    async def awrap_model_call(self, request: ModelRequest, handler: Callable[..., Any]) -> ModelResponse:
-        try:
-            return await handler(request)
-        except Exception:
-            return await handler(request)
 
 
 def probe_turn(input_tokens: int, output_tokens: int = 10, say: str = "", n: Any = "{turn}") -> dict[str, Any]:

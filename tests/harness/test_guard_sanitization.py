@@ -18,13 +18,12 @@ from langgraph.types import Command
 from agentkeel.harness.middleware import input_sanitization
 from agentkeel.harness.middleware.chain import build_chain, derive_order
 from agentkeel.harness.middleware.input_sanitization import InputSanitization, last_user_index, sanitized_request
-from agentkeel.harness.middleware.responses import hint_message
+from agentkeel.harness.middleware.responses import hint_message, map_tool_messages
 from agentkeel.harness.middleware.sanitize import (
     BEGIN_USER_INPUT,
     BLOCKED_TAGS,
     END_USER_INPUT,
     is_blocked_tag,
-    map_tool_messages,
     neutralize,
     neutralize_content,
     wrap_content,

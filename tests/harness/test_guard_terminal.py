@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_kit import run_agent
+from guard_kit import RetryOnce, run_agent
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents.middleware import AgentMiddleware
@@ -62,14 +62,6 @@ class WithholdFirst(AgentMiddleware):
         return replace_ai(response, ai, withhold(ai, "WithholdFirst", "[Calls withheld by a guard.]"))
 
 
-class RetryOnce(AgentMiddleware):
-    """An outer stand-in for retry middleware: re-runs the whole inner chain once on an error."""
-
-    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-        try:
-            return await handler(request)
-        except Exception:
-            return await handler(request)
 
 
 def _ais(messages: list[BaseMessage]) -> list[AIMessage]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_kit import Outcome, run_agent
+from guard_kit import Outcome, RetryOnce, run_agent
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain.agents.middleware import AgentMiddleware
@@ -216,12 +216,6 @@ async def test_a_missing_stamp_is_an_ordering_error(tmp_path: Path) -> None:
 async def test_hint_survives_a_failed_model_call(tmp_path: Path) -> None:
     """The hint is committed only after the provider answered, so a retried call carries it."""
 
-    class RetryOnce(AgentMiddleware):
-        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-            try:
-                return await handler(request)
-            except Exception:
-                return await handler(request)
 
     searcher = Searcher(lambda n: "No results found.")
     script = {"agents": {"lead": [

@@ -1,4 +1,5 @@
-"""Reading and rewriting model responses the way every guard must: one implementation.
+"""Reading and rewriting model responses (and tool results) the way every guard must: one
+implementation.
 
 Two ways to take tool calls away from a response, kept apart on purpose:
 
@@ -16,11 +17,13 @@ append a short bracketed note to the text so the model and the reader see what h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
+from langgraph.types import Command
 
 WITHHELD = "agentkeel_withheld"
 SUPPRESSED = "agentkeel_suppressed"
@@ -106,6 +109,19 @@ def was_stripped(message: AIMessage) -> bool:
     return bool(message.additional_kwargs.get(WITHHELD) or message.additional_kwargs.get(SUPPRESSED))
 
 
+def map_tool_messages(result: Any, fn: Callable[[ToolMessage], ToolMessage]) -> Any:
+    """``result`` with ``fn`` applied to its ToolMessage, or to each ToolMessage in a Command's
+    ``update["messages"]``; anything else is returned as is."""
+    if isinstance(result, ToolMessage):
+        return fn(result)
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        messages = result.update.get("messages")
+        if isinstance(messages, list) and any(isinstance(m, ToolMessage) for m in messages):
+            patched = [fn(m) if isinstance(m, ToolMessage) else m for m in messages]
+            return dataclasses.replace(result, update={**result.update, "messages": patched})
+    return result
+
+
 def hint_message(name: str, texts: Sequence[str]) -> HumanMessage:
     """A transient framework note appended to one request (never written to state)."""
     return HumanMessage(content="\n\n".join(texts), name=name, additional_kwargs={HINT: True})
@@ -123,6 +139,7 @@ __all__ = [
     "intended_calls",
     "is_hint",
     "last_ai",
+    "map_tool_messages",
     "replace_ai",
     "suppress",
     "text_of",

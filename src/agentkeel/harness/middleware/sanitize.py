@@ -16,13 +16,8 @@ so a retried request, or a message that already went through once, is never esca
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Callable
 from typing import Any
-
-from langchain_core.messages import ToolMessage
-from langgraph.types import Command
 
 BLOCKED_TAGS: frozenset[str] = frozenset({
     # Framework authority blocks: what an agent framework itself injects into a conversation.
@@ -147,18 +142,6 @@ def wrap_content(content: Any) -> Any:
     return blocks
 
 
-# -- tool results (a ToolMessage, or a Command carrying ToolMessages) ---------------------------------
-def map_tool_messages(result: Any, fn: Callable[[ToolMessage], ToolMessage]) -> Any:
-    """``result`` with ``fn`` applied to its ToolMessage, or to each ToolMessage in a Command's
-    ``update["messages"]``; anything else is returned as is."""
-    if isinstance(result, ToolMessage):
-        return fn(result)
-    if isinstance(result, Command) and isinstance(result.update, dict):
-        messages = result.update.get("messages")
-        if isinstance(messages, list) and any(isinstance(m, ToolMessage) for m in messages):
-            patched = [fn(m) if isinstance(m, ToolMessage) else m for m in messages]
-            return dataclasses.replace(result, update={**result.update, "messages": patched})
-    return result
 
 
 __all__ = [
@@ -168,7 +151,6 @@ __all__ = [
     "END_USER_INPUT",
     "block_text",
     "is_blocked_tag",
-    "map_tool_messages",
     "neutralize",
     "neutralize_content",
     "wrap_content",

@@ -17,17 +17,16 @@ Messages are copied, never rebuilt, so ids, artifacts and other metadata survive
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, ToolResult
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META
+from agentkeel.harness.middleware.responses import map_tool_messages
 from agentkeel.harness.middleware.tool_meta import classify
 
 DETAIL_MAX_CHARS = 500
@@ -63,14 +62,7 @@ def stamp(message: ToolMessage) -> ToolMessage:
 
 def stamp_result(result: Any) -> Any:
     """Stamp a ToolMessage, or the ToolMessages of a ``Command``'s ``messages`` update."""
-    if isinstance(result, ToolMessage):
-        return stamp(result)
-    if isinstance(result, Command) and isinstance(result.update, dict):
-        messages = result.update.get("messages")
-        if isinstance(messages, list) and any(isinstance(m, ToolMessage) for m in messages):
-            stamped = [stamp(m) if isinstance(m, ToolMessage) else m for m in messages]
-            return dataclasses.replace(result, update={**result.update, "messages": stamped})
-    return result
+    return map_tool_messages(result, stamp)
 
 
 class ToolErrorHandling(KeelMiddleware):

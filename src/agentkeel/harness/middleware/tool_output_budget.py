@@ -31,7 +31,8 @@ from langgraph.types import Command
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
-from agentkeel.harness.middleware.sanitize import block_text, map_tool_messages
+from agentkeel.harness.middleware.responses import map_tool_messages
+from agentkeel.harness.middleware.sanitize import block_text
 from agentkeel.limits import ToolOutputLimits
 from agentkeel.sandbox.workspace import Workspace
 

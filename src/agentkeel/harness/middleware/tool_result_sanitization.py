@@ -25,7 +25,8 @@ from langgraph.types import Command
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META
-from agentkeel.harness.middleware.sanitize import map_tool_messages, neutralize_content
+from agentkeel.harness.middleware.responses import map_tool_messages
+from agentkeel.harness.middleware.sanitize import neutralize_content
 from agentkeel.limits import SanitizationLimits
 
 
