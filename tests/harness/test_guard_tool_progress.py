@@ -215,8 +215,6 @@ async def test_a_missing_stamp_is_an_ordering_error(tmp_path: Path) -> None:
 
 async def test_hint_survives_a_failed_model_call(tmp_path: Path) -> None:
     """The hint is committed only after the provider answered, so a retried call carries it."""
-
-
     searcher = Searcher(lambda n: "No results found.")
     script = {"agents": {"lead": [
         {"tool_calls": [{"name": "search", "args": {"query": "q{turn}"}}], "repeat": 3},
