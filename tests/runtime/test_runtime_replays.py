@@ -218,3 +218,43 @@ async def test_a_flood_of_tool_output_is_saved_and_the_ledger_names_the_step(kee
     assert (saved.data["tool_call_id"], saved.data["tool_name"]) == ("call_flood", "ToolOutputBudget")
     full = (workspace(config, thread) / saved.data["path"].removeprefix("/workspace/")).read_text()
     assert full.count("match 0") == 200 and len(full) > 12_000  # grep stops at 200 matches; all kept
+
+
+async def test_drifting_arguments_escape_the_loop_guard_but_not_the_budget(keel) -> None:
+    # Incident #3875, variant B: the content changes every turn, so no two call sets are identical.
+    drift = turn("Writing the sentence again.",
+                 call("write_file", path="/workspace/out/a.txt", content="A. (turn {turn})"),
+                 usage=(3000, 12), repeat="forever")
+    config = keel.config({"drift": [drift]}, limits={"token_budget": {"max_tokens": 20_000}})
+    async with keel.open(config) as rt:
+        thread = new_thread_id()
+        record = await run_to_end(rt, thread)
+        events = await journal(rt, record.run_id)
+
+    assert record.status is RunStatus.success
+    assert _codes(record) == ["token_capped"]  # not loop_capped: the hash never repeated
+    assert record.usage["total_tokens"] >= 20_000
+    # 3,012 tokens a turn: the seventh response crosses 20,000 and its call is withheld; then the
+    # one concluding call. Nothing ran after the cap.
+    assert len(_kinds(events, "model.call")) == 8
+    assert (workspace(config, thread) / "out" / "a.txt").read_text() == "A. (turn 1)"
+
+
+async def test_turn_limit_keeps_the_partial_answer(keel) -> None:
+    # Variant C: no loop and a large budget; only the turn limit ends it, and the work survives.
+    script = [
+        turn("Listing part {turn} of the inventory.", call("ls", path="/workspace/part{turn}"), repeat="forever"),
+    ]
+    config = keel.config({"long": script}, limits={"turn_limit": {"max_turns": 4}})
+    async with keel.open(config) as rt:
+        thread = new_thread_id()
+        record = await run_to_end(rt, thread)
+        messages = await thread_messages(rt, thread)
+
+    assert record.status is RunStatus.success and _codes(record) == ["turn_capped"]
+    capped = [m for m in messages if m.type == "ai" and m.additional_kwargs.get("agentkeel_withheld")]
+    # The fourth turn's text survives with its calls withheld; the concluding call (this script
+    # keeps calling tools even then) is withheld too, and the run ends there: one extra call only.
+    assert [m.text.split("\n")[0] for m in capped] == ["Listing part 4 of the inventory.", "Listing part 5 of the inventory."]
+    assert [m.type for m in messages].count("tool") == 3  # turns 1-3 ran their calls
+    assert messages[-1] is capped[-1] and not messages[-1].tool_calls
