@@ -5,9 +5,9 @@ question run in the same step — so a file gets written before the user said wh
 And DeerFlow ended the whole run to ask (``goto=END``), so the answer arrived as a new run that
 had to rebuild everything. Here the model axis keeps only the question when a response mixes it
 with other calls (a protocol repair: the siblings were premature, not intent), and the tool axis
-pauses the run with a LangGraph ``interrupt``: the run is checkpointed, ``clarification_requested``
-is recorded, and resuming with the user's answer continues the same run, the call answered by a
-``ToolMessage`` carrying that answer.
+pauses the run with a LangGraph ``interrupt``: the thread is checkpointed where it paused,
+``clarification_requested`` is recorded, and a run with ``command.resume`` continues the thread from
+that point, the call answered by a ``ToolMessage`` carrying the user's answer.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ SIBLINGS_NOTE = (
     "[Only the clarification question was kept; the other tool calls in this response were not "
     "executed. Wait for the answer, then call them again if they still apply.]"
 )
-
 
 
 def normalize_options(raw: Any) -> list[str] | None:
