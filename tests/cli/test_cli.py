@@ -92,8 +92,42 @@ def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> No
     assert bad_middleware.returncode == 2 and "assistants.0.middleware.0" in bad_middleware.stderr
     assert "Traceback" not in bad_middleware.stderr
 
+    (workdir / "broken.yaml").write_text("agents: {lead: [{say: 'unclosed}]}\n")
+    (workdir / "script_cfg.yaml").write_text("models: [{name: m, use: scripted, script: broken.yaml}]\n")
+    bad_script = keel("run", "hi", "--config", "script_cfg.yaml", cwd=workdir)
+    assert bad_script.returncode == 2 and "broken.yaml" in bad_script.stderr and "Traceback" not in bad_script.stderr
+
     bad_model = keel("run", "hi", "--model", "nope", cwd=workdir)
     assert bad_model.returncode == 2 and "allowlist" in bad_model.stderr and "Traceback" not in bad_model.stderr
 
     missing = keel("runs", "show", "no-such-run", cwd=workdir)
     assert missing.returncode == 1 and "no run" in missing.stderr
+
+
+def test_a_clarification_is_answered_with_resume(workdir: Path) -> None:
+    (workdir / "ask.yaml").write_text(
+        "agents:\n  lead:\n    - say: Which format?\n      tool_calls:\n"
+        "        - {name: ask_clarification, args: {question: 'Markdown or HTML?'}}\n"
+    )
+    (workdir / "go.yaml").write_text(
+        "agents:\n  lead:\n    - tool_calls: [{name: write_file, args: {path: out.md, content: ok}}]\n"
+        "      expect: {contains: 'The user answered: Markdown'}\n    - say: Written.\n"
+    )
+    (workdir / "keel.yaml").write_text(
+        "models:\n  - {name: ask, use: scripted, script: ask.yaml}\n  - {name: go, use: scripted, script: go.yaml}\n"
+    )
+    asked = keel("run", "write it", "--config", "keel.yaml", "--thread", "t-ask", cwd=workdir)
+    assert asked.returncode == 0, asked.stderr
+    assert "clarification_requested" in asked.stdout and "waiting for an answer to: Markdown or HTML?" in asked.stdout
+    assert "--resume" in asked.stdout
+    answered = keel("run", "--resume", "Markdown", "--thread", "t-ask", "--model", "go", "--config", "keel.yaml",
+                    "--json", cwd=workdir)
+    assert answered.returncode == 0, answered.stderr
+    ledger = json.loads(answered.stdout)
+    assert ledger["status"] == "success" and ledger["stop_reasons"] == [] and ledger["resume"]["question"] is None
+    assert (workdir / ".agentkeel" / "threads" / "t-ask" / "workspace" / "out.md").read_text() == "ok"
+
+    neither = keel("run", "--config", "keel.yaml", cwd=workdir)
+    assert neither.returncode == 2 and "either a PROMPT or --resume" in neither.stderr
+    no_thread = keel("run", "--resume", "yes", "--config", "keel.yaml", cwd=workdir)
+    assert no_thread.returncode == 2 and "--thread" in no_thread.stderr

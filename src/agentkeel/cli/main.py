@@ -38,11 +38,12 @@ def _config(path: Path | None) -> KeelConfig:
     """The validated config, with its models, graphs and middleware chains built once: a broken
     reference or a chain that breaks a contract is a clear message and exit 2, not a traceback."""
     from agentkeel.harness.agents import Harness
+    from agentkeel.harness.scripted import ScriptError
 
     try:
         config = load_config(path)
         Harness(config, config.checkpoint_mode)
-    except ValueError as exc:  # ConfigError, GraphLoadError, ChainError, script errors
+    except (ValueError, ScriptError) as exc:  # ConfigError, GraphLoadError, ChainError, bad scripts
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
     return config
@@ -79,19 +80,28 @@ def _execute(config: KeelConfig, request: RunRequest, *, quiet: bool = False, as
 
 @app.command()
 def run(
-    prompt: Annotated[str, typer.Argument(help="What the agent should do.")],
+    prompt: Annotated[str | None, typer.Argument(help="What the agent should do.")] = None,
     config: ConfigOpt = None,
     model: Annotated[str | None, typer.Option(help="A model name from the config's allowlist.")] = None,
     thread: Annotated[str | None, typer.Option(help="Continue this thread (default: a new one).")] = None,
     assistant: Annotated[str, typer.Option(help="Assistant or graph name.")] = "lead",
+    resume: Annotated[str | None, typer.Option(
+        help="Answer the question the thread's last run asked (ask_clarification); needs --thread.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
 ) -> None:
     """One run in-process, streamed to the terminal; exit 0 on success (capped or clean)."""
+    if (prompt is None) == (resume is None):
+        err.print("[red]give either a PROMPT or --resume ANSWER (with --thread), not both or neither[/]")
+        raise typer.Exit(2)
+    if resume is not None and thread is None:
+        err.print("[red]--resume answers a paused thread: give it with --thread[/]")
+        raise typer.Exit(2)
     cfg = _config(config)
     request = RunRequest(
         thread_id=thread or f"thread-{uuid.uuid4().hex[:12]}", assistant_id=assistant,
-        input={"messages": [{"role": "user", "content": prompt}]}, stream_mode=["updates"],
-        model_name=model,
+        input=None if prompt is None else {"messages": [{"role": "user", "content": prompt}]},
+        command=None if resume is None else {"resume": resume},
+        stream_mode=["updates"], model_name=model,
     )
     raise typer.Exit(_execute(cfg, request, as_json=json_out))
 

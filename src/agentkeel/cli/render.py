@@ -113,3 +113,8 @@ def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
         f"  thread {resume['thread_id']} at checkpoint {resume['checkpoint_id'] or '(none)'} — "
         f"continue with: keel run \"...\" --thread {resume['thread_id']}"
     )
+    if resume.get("question"):
+        console.print(
+            f"  the agent is waiting for an answer to: {resume['question']}\n"
+            f"  answer with: keel run --thread {resume['thread_id']} --resume \"...\""
+        )

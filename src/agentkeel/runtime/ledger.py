@@ -54,5 +54,13 @@ async def build_ledger(
         ],
         "guards": next((e.data.get("order", []) for e in events if e.kind == "chain.manifest"), []),
         "journal_events": len(events),
-        "resume": {"thread_id": record.thread_id, "checkpoint_id": head},
+        "resume": {"thread_id": record.thread_id, "checkpoint_id": head, "question": _question(record)},
     }
+
+
+def _question(record: RunRecord) -> str | None:
+    """The question the run paused on (``ask_clarification``), if it ended waiting for an answer."""
+    for entry in reversed(record.stop_reasons):
+        if entry.get("code") == "clarification_requested":
+            return str((entry.get("data") or {}).get("question") or "") or None
+    return None
