@@ -145,6 +145,7 @@ async def test_happy_path_two_tool_turns_and_a_final_answer(keel: Keel) -> None:
         }
         assert ledger["resume"] == {
             "thread_id": thread, "checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
+            "question": None,  # the run did not pause on a question
         }
         assert ledger["duration_s"] is not None and ledger["duration_s"] >= 0
 
