@@ -17,8 +17,8 @@ from agentkeel.runtime.snapshots import (
     capture_snapshot,
     diff_snapshots,
     restore_snapshot,
-    to_relpath,
 )
+from agentkeel.sandbox.workspace import to_relpath
 
 BIG = 1 << 20
 

@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import logging
 import os
-import posixpath
 import stat
 import tempfile
 import threading
@@ -29,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentkeel.sandbox.workspace import VIRTUAL_ROOT
+from agentkeel.sandbox.workspace import to_relpath, to_virtual
 
 log = logging.getLogger(__name__)
 
@@ -272,20 +271,6 @@ def _writer(state: FileState) -> Callable[[Path], None]:
 
 
 # -- attribution -----------------------------------------------------------------------------
-def to_relpath(path: str) -> str | None:
-    """``/workspace/x/y`` (or relative ``x/y``) -> ``x/y``; None for anything outside the workspace."""
-    norm = posixpath.normpath(path)
-    if norm.startswith(VIRTUAL_ROOT + "/"):
-        return norm[len(VIRTUAL_ROOT) + 1 :]
-    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm in (".", VIRTUAL_ROOT):
-        return None
-    return norm
-
-
-def to_virtual(relpath: str) -> str:
-    return f"{VIRTUAL_ROOT}/{relpath}"
-
-
 @dataclass(frozen=True)
 class _Touch:
     tool_call_id: str | None

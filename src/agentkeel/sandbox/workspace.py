@@ -10,6 +10,7 @@ archive) can never lead a tool outside.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -21,6 +22,21 @@ OUTPUTS_DIR = "outputs"
 UPLOADS_DIR = "uploads"
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def to_relpath(path: str) -> str | None:
+    """``/workspace/x/y`` (or relative ``x/y``) -> ``x/y``, normalised without touching the disk;
+    None for anything outside the workspace (or the root itself)."""
+    norm = posixpath.normpath(path)
+    if norm.startswith(VIRTUAL_ROOT + "/"):
+        return norm[len(VIRTUAL_ROOT) + 1 :]
+    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm in (".", VIRTUAL_ROOT):
+        return None
+    return norm
+
+
+def to_virtual(relpath: str) -> str:
+    return f"{VIRTUAL_ROOT}/{relpath}"
 
 
 class PathOutsideWorkspace(PermissionError):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import READ_MARK
 from agentkeel.harness.middleware.responses import intended_calls, last_ai, replace_ai, withhold
 from agentkeel.limits import LoopDetectionLimits
+from agentkeel.sandbox.workspace import to_relpath, to_virtual
 
 READ_BUCKET_LINES = 200
 """``read_file`` ranges within the same 200-line buckets count as the same read."""
@@ -75,9 +75,11 @@ def _read_key(args: Mapping[str, Any]) -> str | None:
 
 
 def virtual_path(path: Any) -> str:
-    """``notes/a.md`` and ``/workspace/./notes/a.md`` as one ``/workspace/notes/a.md``."""
+    """``notes/a.md`` and ``/workspace/./notes/a.md`` as one ``/workspace/notes/a.md`` (anything
+    outside the workspace keeps its own spelling: it is only a key)."""
     text = str(path or "")
-    return posixpath.normpath(text if text.startswith("/") else f"/workspace/{text}")
+    rel = to_relpath(text)
+    return text if rel is None else to_virtual(rel)
 
 
 def read_versions(messages: Sequence[Any]) -> dict[str, str]:
