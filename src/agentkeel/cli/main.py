@@ -15,6 +15,8 @@ from rich.table import Table
 
 from agentkeel.cli.render import progress_lines, render_ledger
 from agentkeel.config import KeelConfig, load_config
+from agentkeel.harness.agents import Harness
+from agentkeel.harness.scripted import ScriptError
 from agentkeel.runtime.ledger import build_ledger
 from agentkeel.runtime.observe import observe
 from agentkeel.runtime.records import ConflictError, RunStatus
@@ -34,19 +36,16 @@ DEMO_PROMPT = (
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file ($AGENTKEEL_CONFIG).")]
 
 
-def _config(path: Path | None) -> KeelConfig:
-    """The validated config, with its models, graphs and middleware chains built once: a broken
-    reference or a chain that breaks a contract is a clear message and exit 2, not a traceback."""
-    from agentkeel.harness.agents import Harness
-    from agentkeel.harness.scripted import ScriptError
-
+def _setup(path: Path | None) -> tuple[KeelConfig, Harness]:
+    """The validated config and its harness (models, graphs and middleware chains, built once and
+    handed to the runtime): a broken reference or a chain that breaks a contract is a clear
+    message and exit 2, not a traceback."""
     try:
         config = load_config(path)
-        Harness(config, config.checkpoint_mode)
+        return config, Harness(config, config.checkpoint_mode)
     except (ValueError, ScriptError) as exc:  # ConfigError, GraphLoadError, ChainError, bad scripts
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    return config
 
 
 async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[Any, dict[str, Any]]:
@@ -61,9 +60,11 @@ async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[An
     return final, await build_ledger(final, rt.journal, rt.checkpointer)
 
 
-def _execute(config: KeelConfig, request: RunRequest, *, quiet: bool = False, as_json: bool = False) -> int:
+def _execute(
+    config: KeelConfig, harness: Harness, request: RunRequest, *, quiet: bool = False, as_json: bool = False
+) -> int:
     async def main() -> int:
-        async with open_runtime(config) as rt:
+        async with open_runtime(config, harness=harness) as rt:
             try:
                 final, ledger = await _run_one(rt, request, quiet=quiet or as_json)
             except (RequestError, ConflictError) as exc:
@@ -96,20 +97,20 @@ def run(
     if resume is not None and thread is None:
         err.print("[red]--resume answers a paused thread: give it with --thread[/]")
         raise typer.Exit(2)
-    cfg = _config(config)
+    cfg, harness = _setup(config)
     request = RunRequest(
         thread_id=thread or f"thread-{uuid.uuid4().hex[:12]}", assistant_id=assistant,
         input=None if prompt is None else {"messages": [{"role": "user", "content": prompt}]},
         command=None if resume is None else {"resume": resume},
         stream_mode=["updates"], model_name=model,
     )
-    raise typer.Exit(_execute(cfg, request, as_json=json_out))
+    raise typer.Exit(_execute(cfg, harness, request, as_json=json_out))
 
 
 @app.command()
 def demo(config: ConfigOpt = None) -> None:
     """A long scripted research-and-report task on the embedded default, then its ledger."""
-    cfg = _config(config)
+    cfg, harness = _setup(config)
     console.rule("[bold]AgentKeel demo[/] — a scripted research-and-report run")
     console.print(f"[dim]database {cfg.database_url} · stream {cfg.stream} · data {cfg.data_path}[/]")
     request = RunRequest(
@@ -117,7 +118,7 @@ def demo(config: ConfigOpt = None) -> None:
         input={"messages": [{"role": "user", "content": DEMO_PROMPT}]},
         stream_mode=["updates"],
     )
-    raise typer.Exit(_execute(cfg, request))
+    raise typer.Exit(_execute(cfg, harness, request))
 
 
 @runs_app.command("list")
@@ -128,10 +129,10 @@ def runs_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print the run records as JSON.")] = False,
 ) -> None:
     """Recent runs, newest first."""
-    cfg = _config(config)
+    cfg, harness = _setup(config)
 
     async def main() -> list[Any]:
-        async with open_runtime(cfg) as rt:
+        async with open_runtime(cfg, harness=harness) as rt:
             return await rt.store.list_runs(thread_id=thread, limit=limit)
 
     records = asyncio.run(main())
@@ -153,10 +154,10 @@ def runs_show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the ledger as JSON.")] = False,
 ) -> None:
     """The ledger of one run: why it stopped, what it spent, what it changed, where it can resume."""
-    cfg = _config(config)
+    cfg, harness = _setup(config)
 
     async def main() -> dict[str, Any] | None:
-        async with open_runtime(cfg) as rt:
+        async with open_runtime(cfg, harness=harness) as rt:
             record = await rt.store.get(run_id)
             return None if record is None else await build_ledger(record, rt.journal, rt.checkpointer)
 
@@ -178,15 +179,14 @@ def chain(
 ) -> None:
     """Print, as JSON, the checked middleware chain an agent's runs execute: per hook axis the
     effective order, and every member's contract."""
-    from agentkeel.harness.agents import Harness, UnknownAssistant
+    from agentkeel.harness.agents import UnknownAssistant
     from agentkeel.harness.middleware.catalog import build_agent_chain
 
-    cfg = _config(config)
+    cfg, harness = _setup(config)
     if kind not in ("lead", "subagent"):
         err.print(f"[red]--kind must be 'lead' or 'subagent', got {kind!r}[/]")
         raise typer.Exit(2)
     try:
-        harness = Harness(cfg, cfg.checkpoint_mode)
         resolved = harness.resolve(agent)
         if resolved.kind != "agent":
             err.print(f"[red]{agent!r} is a user graph: it has no middleware chain[/]")
@@ -208,7 +208,7 @@ def serve(
     """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
 
-    raise typer.Exit(serve_gateway(_config(config), host, port, log_level))
+    raise typer.Exit(serve_gateway(*_setup(config), host, port, log_level))
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from sse_starlette.sse import AppStatus
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.app import create_app
 from agentkeel.gateway.deps import Gateway
+from agentkeel.harness.agents import Harness
 
 # Bounds uvicorn's wait for connections once the runtime is drained (every run has ended by then;
 # only streams of runs owned by other processes can still be open).
@@ -69,11 +70,11 @@ class GatewayServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve_gateway(config: KeelConfig, host: str, port: int, log_level: str = "warning") -> int:
+def serve_gateway(config: KeelConfig, harness: Harness, host: str, port: int, log_level: str = "warning") -> int:
     """Serve until a signal; 0 after a clean drain."""
     # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
-    app = create_app(config)
+    app = create_app(config, harness=harness)
     server = GatewayServer(
         uvicorn.Config(
             app, host=host, port=port, lifespan="on", log_level=log_level,

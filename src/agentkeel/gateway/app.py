@@ -23,12 +23,15 @@ from agentkeel.config import KeelConfig
 from agentkeel.gateway.deps import Gateway, Metrics
 from agentkeel.gateway.errors import install_error_handlers
 from agentkeel.gateway.routes import meta, runs
+from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
 
 OPTIONAL_ROUTERS = ("threads", "assistants", "store")
 
 
-def create_app(source: KeelConfig | Runtime) -> FastAPI:
+def create_app(source: KeelConfig | Runtime, *, harness: Harness | None = None) -> FastAPI:
+    """The gateway over a running ``Runtime``, or over one it opens from a config (with an
+    already built ``harness``, so start-up does not import graphs and load scripts twice)."""
     metrics = Metrics()
     given = Gateway(source, source.config.gateway, metrics) if isinstance(source, Runtime) else None
     config = source.config if isinstance(source, Runtime) else source
@@ -40,7 +43,7 @@ def create_app(source: KeelConfig | Runtime) -> FastAPI:
             await given.settle()
             return
         async with open_runtime(
-            config, completion_hooks=[metrics.on_run_finished], drain_s=config.gateway.drain_s
+            config, harness=harness, completion_hooks=[metrics.on_run_finished], drain_s=config.gateway.drain_s
         ) as runtime:
             gw = app.state.gateway = Gateway(runtime, config.gateway, metrics)
             try:

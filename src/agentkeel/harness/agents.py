@@ -93,12 +93,12 @@ class Harness:
             extra=[factory() for factory in self._extra_middleware.get(resolved.assistant_id, [])],
         )
 
-    def manifest(self, resolved: ResolvedAssistant) -> dict[str, Any] | None:
-        """The JSON manifest of the chain a run of ``resolved`` executes (None for user graphs)."""
-        return self.chain(resolved).manifest() if resolved.kind == "agent" else None
+    async def build(self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None) -> Pregel:
+        """A fresh graph for one run (fresh model and guard state; no checkpointer attached).
 
-    async def build(self, resolved: ResolvedAssistant, config: RunnableConfig) -> Pregel:
-        """A fresh graph for one run (fresh model and guard state; no checkpointer attached)."""
+        ``chain``: the run's chain from :meth:`chain`, when the caller also needs its manifest;
+        by default a fresh one is built.
+        """
         if resolved.kind == "graph":
             return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
         assistant = self._config.assistant(resolved.assistant_id)
@@ -108,7 +108,7 @@ class Harness:
             self.models.build(resolved.model_name, run_key=(config.get("metadata") or {}).get("run_id")),
             tools,
             system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
-            middleware=self.chain(resolved).for_agent(),
+            middleware=(chain or self.chain(resolved)).for_agent(),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,

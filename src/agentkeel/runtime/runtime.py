@@ -65,10 +65,17 @@ class Runtime:
 
 @contextlib.asynccontextmanager
 async def open_runtime(
-    config: KeelConfig, *, completion_hooks: list[CompletionHook] | None = None, drain_s: float = 5.0
+    config: KeelConfig,
+    *,
+    harness: Harness | None = None,
+    completion_hooks: list[CompletionHook] | None = None,
+    drain_s: float = 5.0,
 ) -> AsyncIterator[Runtime]:
+    """``harness``: one already built from ``config`` (the CLI builds it first to report a broken
+    config cleanly); by default it is built here."""
     freeze_checkpoint_mode(config.checkpoint_mode)
-    harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
+    if harness is None:
+        harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
     config.data_path.mkdir(parents=True, exist_ok=True)
     limits = config.limits
     store, journal = await open_stores(config.database_url)

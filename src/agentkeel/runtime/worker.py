@@ -179,10 +179,10 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     bound: dict[str, Any] = {"checkpointer": deps.checkpointer}
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store
-    graph = (await deps.harness.build(prepared.assistant, config)).copy(update=bound)
-    manifest = deps.harness.manifest(prepared.assistant)
-    if manifest is not None:  # which guards wrapped which call, for the debugger and the ledger
-        state.journal.record("chain.manifest", manifest, caller="worker")
+    chain = deps.harness.chain(prepared.assistant) if prepared.assistant.kind == "agent" else None
+    graph = (await deps.harness.build(prepared.assistant, config, chain)).copy(update=bound)
+    if chain is not None:  # which guards wrapped which call, for the debugger and the ledger
+        state.journal.record("chain.manifest", chain.manifest(), caller="worker")
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
         state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
