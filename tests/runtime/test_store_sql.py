@@ -57,12 +57,13 @@ def _indexes(conn: Connection) -> dict[str, bool]:
 
 # -- migrations --------------------------------------------------------------------------------
 async def test_fresh_database_gets_the_schema_of_sql_schema(db: SqlDatabase) -> None:
-    assert await scalar(db, "SELECT version_num FROM alembic_version") == "0002"
+    assert await scalar(db, "SELECT version_num FROM alembic_version") == "0003"
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_schema_diff) == []
         indexes = await conn.run_sync(_indexes)
     assert indexes == {
         "ix_runs_thread_status": False,
+        "ix_runs_status_lease": False,
         "uq_runs_thread_queue_seq": True,
         "uq_runs_thread_running": True,
     }
@@ -85,7 +86,7 @@ async def test_concurrent_setup_of_one_database(sql_url: str) -> None:
     databases = [SqlDatabase(sql_url) for _ in range(4)]
     try:
         await asyncio.gather(*(d.setup() for d in databases))
-        assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0002"
+        assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0003"
     finally:
         await asyncio.gather(*(d.close() for d in databases))
 

@@ -67,6 +67,19 @@ class ConflictError(Exception):
     """Admission refused: the thread already has an active run and the strategy is ``reject``."""
 
 
+class ControlPending(FencedOut):
+    """A completion that ignores a stored control request (a cancel that was first) was refused.
+
+    First action wins: a cancel, interrupt or rollback request stored while the run was active
+    outranks a completion written after it. The owner re-reads ``control`` and ends the run as the
+    request says.
+    """
+
+    def __init__(self, message: str, control: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.control = control
+
+
 class RunNotFound(LookupError):
     pass
 
@@ -114,6 +127,14 @@ class RunRecord:
     stop_reasons: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=empty_usage)
     error: str | None = None
+    # A pending run is not claimed before this instant (``after_seconds``).
+    not_before: datetime | None = None
+    # A stored cancel / interrupt / rollback request (first one wins), read by the owner wherever
+    # it runs: {action, code, source, detail, refused_code}.
+    control: dict[str, Any] | None = None
+    # The last stream event id the owner reported (with its lease renewals), so a later attempt in
+    # another process continues the stream's ids instead of reusing them.
+    stream_seq: int = 0
 
     @property
     def stop_reason(self) -> str | None:
@@ -143,6 +164,8 @@ class RunRecord:
             "stop_reason": self.stop_reason,
             "usage": self.usage,
             "error": self.error,
+            "not_before": _iso(self.not_before),
+            "control": self.control,
         }
 
 
@@ -154,6 +177,9 @@ class Completion:
     stop_reasons: list[dict[str, Any]]
     usage: dict[str, Any]
     error: str | None = None
+    # True when this completion is the owner carrying out the run's stored control request; a
+    # completion that does not acknowledge a stored request is refused (``ControlPending``).
+    acknowledges_control: bool = False
 
 
 @dataclass

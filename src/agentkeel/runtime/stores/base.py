@@ -85,20 +85,68 @@ class RunStore(ABC):
         """Write the terminal status, stop reasons, usage and error in one fenced write.
 
         Only an active run at exactly ``attempt`` is changed; anything else raises ``FencedOut``
-        and leaves the stored record untouched (a terminal status is never replaced).
+        and leaves the stored record untouched (a terminal status is never replaced). While the run
+        carries a ``control`` request that the completion does not acknowledge, raises
+        ``ControlPending`` (the request was first, so it decides how the run ends).
+        """
+
+    @abstractmethod
+    async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        """``finish`` for a run that never started: only a *pending* run at ``attempt`` changes.
+
+        Cancelling a queued run races a worker claiming it; once claimed, the run is the owner's
+        to end (through its control request), so this write is then fenced out.
         """
 
     @abstractmethod
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
         """Progress write while running; False (no change) when fenced out."""
 
+    # -- ownership: claims, leases, recovery, control -------------------------------------------
+    @abstractmethod
+    async def claim_next(
+        self, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> RunRecord | None:
+        """Start the oldest startable pending run for ``owner``: pending -> running, same attempt.
+
+        Startable: the head of its thread's queue (per-thread FIFO), its thread has no running run,
+        and its ``not_before`` has passed. Exactly one of any number of concurrent claimers (in any
+        process) gets a given run (``FOR UPDATE SKIP LOCKED`` on PostgreSQL); None when nothing is
+        startable.
+        """
+
+    @abstractmethod
+    async def next_start_at(self) -> datetime | None:
+        """The earliest ``not_before`` of a pending run still in the future (a claimer's timer)."""
+
+    @abstractmethod
+    async def renew_lease(
+        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
+    ) -> RunRecord | None:
+        """Extend this attempt's lease of a running run; the record (with any ``control``
+        request) or None when the attempt no longer owns it (superseded, or ended)."""
+
+    @abstractmethod
+    async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:
+        """Running runs whose lease expired before ``now``, oldest lease first."""
+
     @abstractmethod
     async def claim(
-        self, run_id: str, owner: str, lease_expires_at: datetime | None
+        self, run_id: str, owner: str, lease_expires_at: datetime | None, *, attempt: int | None = None
     ) -> RunRecord:
         """Take ownership of an active run: bump ``attempt``, set owner and lease.
 
-        After a claim every write naming an older attempt is fenced out.
+        With ``attempt`` only that attempt is taken over (two recoverers of one expired run: one
+        wins, the other is fenced out). After a claim every write naming an older attempt is fenced
+        out.
+        """
+
+    @abstractmethod
+    async def request_control(self, run_id: str, control: dict[str, Any]) -> RunRecord:
+        """Store a cancel / interrupt / rollback request on an active run; the first one stands.
+
+        Returns the record with the request that stands (an earlier one is kept). Raises
+        ``FencedOut`` when the run already ended (the completion was first).
         """
 
     # -- reads -------------------------------------------------------------------------------

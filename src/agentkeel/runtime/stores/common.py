@@ -7,11 +7,12 @@ The stores differ in *how* a check and its write are made atomic (an asyncio loc
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import overload
+from typing import Any, overload
 
 from agentkeel.runtime.records import (
     ACTIVE_STATUSES,
     ConflictError,
+    ControlPending,
     FencedOut,
     InvalidTransition,
     MultitaskStrategy,
@@ -73,3 +74,16 @@ def fenced_out(run_id: str, attempt: int | None, current: RunRecord | None) -> F
     if attempt is not None and current.attempt != attempt:
         return FencedOut(f"run {run_id} has no attempt {attempt} (current: {current.attempt})")
     return FencedOut(f"run {run_id} is {current.status.value}, not in a state this write expects")
+
+
+def control_pending(run_id: str, control: dict[str, Any]) -> ControlPending:
+    return ControlPending(
+        f"run {run_id} has a stored {control.get('action', 'control')} request "
+        f"({control.get('code')}) that this completion does not carry out",
+        control,
+    )
+
+
+def startable(record: RunRecord, now: datetime) -> bool:
+    """A pending run's delay (``not_before``) has passed."""
+    return record.not_before is None or as_utc(record.not_before) <= now

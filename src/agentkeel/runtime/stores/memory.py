@@ -20,6 +20,7 @@ from agentkeel.runtime.records import (
     ACTIVE_STATUSES,
     Completion,
     ConflictError,
+    ControlPending,
     RunRecord,
     RunStatus,
     ThreadRecord,
@@ -29,12 +30,15 @@ from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, JournalStor
 from agentkeel.runtime.stores.common import (
     as_utc,
     check_admissible,
+    control_pending,
     fenced_out,
     require_terminal,
     require_thread_status,
+    startable,
 )
 
 _PENDING = frozenset({RunStatus.pending})
+_RUNNING = frozenset({RunStatus.running})
 
 
 def _json(value: Any) -> Any:
@@ -49,6 +53,8 @@ def _copy_run(record: RunRecord) -> RunRecord:
         updated_at=as_utc(record.updated_at),
         started_at=as_utc(record.started_at),
         ended_at=as_utc(record.ended_at),
+        not_before=as_utc(record.not_before),
+        control=_json(record.control),
         kwargs=_json(record.kwargs),
         metadata=_json(record.metadata),
         stop_reasons=_json(record.stop_reasons),
@@ -170,11 +176,21 @@ class MemoryRunStore(RunStore):
             return _copy_run(current)
 
     async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, ACTIVE_STATUSES)
+
+    async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, _PENDING)
+
+    async def _finish(
+        self, run_id: str, attempt: int, completion: Completion, statuses: frozenset[RunStatus]
+    ) -> RunRecord:
         require_terminal(completion.status)
         async with self._lock:
             current = self._runs.get(run_id)
-            if current is None or _fenced(current, attempt, ACTIVE_STATUSES):
+            if current is None or _fenced(current, attempt, statuses):
                 raise fenced_out(run_id, attempt, current)
+            if current.control is not None and not completion.acknowledges_control:
+                raise control_pending(run_id, current.control)
             stop_reasons, usage = _json(completion.stop_reasons), _json(completion.usage)
             now = utcnow()
             current.status = completion.status
@@ -183,6 +199,7 @@ class MemoryRunStore(RunStore):
             current.error = completion.error
             current.ended_at = now
             current.updated_at = now
+            current.lease_expires_at = None
             return _copy_run(current)
 
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
@@ -194,15 +211,78 @@ class MemoryRunStore(RunStore):
             current.updated_at = utcnow()
             return True
 
-    async def claim(self, run_id: str, owner: str, lease_expires_at: datetime | None) -> RunRecord:
+    async def claim_next(
+        self, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> RunRecord | None:
+        async with self._lock:
+            heads = []
+            for thread_id in {r.thread_id for r in self._runs.values() if r.status is RunStatus.pending}:
+                active = self._active(thread_id)
+                if active and active[0].status is RunStatus.pending and startable(active[0], now):
+                    heads.append(active[0])
+            if not heads:
+                return None
+            run = min(heads, key=lambda r: (r.created_at, self._queue_seq[r.run_id], r.run_id))
+            run.status = RunStatus.running
+            run.owner = owner
+            run.lease_expires_at = as_utc(lease_expires_at)
+            run.started_at = run.updated_at = utcnow()
+            return _copy_run(run)
+
+    async def next_start_at(self) -> datetime | None:
+        async with self._lock:
+            now = utcnow()
+            times = [
+                r.not_before for r in self._runs.values()
+                if r.status is RunStatus.pending and r.not_before is not None and r.not_before > now
+            ]
+            return min(times, default=None)
+
+    async def renew_lease(
+        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
+    ) -> RunRecord | None:
         async with self._lock:
             current = self._runs.get(run_id)
-            if current is None or current.status not in ACTIVE_STATUSES:
-                raise fenced_out(run_id, None, current)
+            if current is None or _fenced(current, attempt, _RUNNING) or current.owner != owner:
+                return None
+            current.lease_expires_at = as_utc(lease_expires_at)
+            current.stream_seq = max(current.stream_seq, stream_seq)
+            current.updated_at = utcnow()
+            return _copy_run(current)
+
+    async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:
+        async with self._lock:
+            expired = [
+                r for r in self._runs.values()
+                if r.status is RunStatus.running and r.lease_expires_at is not None
+                and r.lease_expires_at < now
+            ]
+            expired.sort(key=lambda r: (r.lease_expires_at, r.run_id))
+            return [_copy_run(r) for r in expired[:limit]]
+
+    async def claim(
+        self, run_id: str, owner: str, lease_expires_at: datetime | None, *, attempt: int | None = None
+    ) -> RunRecord:
+        async with self._lock:
+            current = self._runs.get(run_id)
+            if current is None or current.status not in ACTIVE_STATUSES or (
+                attempt is not None and current.attempt != attempt
+            ):
+                raise fenced_out(run_id, attempt, current)
             current.attempt += 1
             current.owner = owner
             current.lease_expires_at = as_utc(lease_expires_at)
             current.updated_at = utcnow()
+            return _copy_run(current)
+
+    async def request_control(self, run_id: str, control: dict[str, Any]) -> RunRecord:
+        async with self._lock:
+            current = self._runs.get(run_id)
+            if current is None or current.status not in ACTIVE_STATUSES:
+                raise fenced_out(run_id, None, current)
+            if current.control is None:
+                current.control = _json(control)
+                current.updated_at = utcnow()
             return _copy_run(current)
 
     # -- reads -------------------------------------------------------------------------------

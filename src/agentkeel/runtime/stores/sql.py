@@ -10,14 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Executable, Select, Update, delete, func, insert, select, update
+from sqlalchemy import Executable, Select, Update, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
 
 from agentkeel.runtime.records import (
     Completion,
     ConflictError,
+    FencedOut,
     MultitaskStrategy,
     OnDisconnect,
     RunRecord,
@@ -28,7 +30,9 @@ from agentkeel.runtime.records import (
 from agentkeel.runtime.stores.base import AdmitResult, RunStore
 from agentkeel.runtime.stores.common import (
     ACTIVE_VALUES,
+    as_utc,
     check_admissible,
+    control_pending,
     fenced_out,
     require_terminal,
     require_thread_status,
@@ -59,6 +63,9 @@ def _to_run(row: RowMapping) -> RunRecord:
         stop_reasons=row["stop_reasons"],
         usage=row["usage"],
         error=row["error"],
+        not_before=row["not_before"],
+        control=row["control"],
+        stream_seq=row["stream_seq"],
     )
 
 
@@ -82,6 +89,9 @@ def _run_values(record: RunRecord) -> dict[str, Any]:
         "stop_reasons": record.stop_reasons,
         "usage": record.usage,
         "error": record.error,
+        "not_before": record.not_before,
+        "control": record.control,
+        "stream_seq": record.stream_seq,
     }
 
 
@@ -115,11 +125,11 @@ def _thread_query(thread_id: str) -> Select[Any]:
     return select(threads).where(threads.c.thread_id == thread_id)
 
 
-def _fenced_update(run_id: str, attempt: int, *statuses: str) -> Update:
-    """``UPDATE runs`` limited to this attempt of the run while it is in one of ``statuses``."""
-    return update(runs).where(
-        runs.c.run_id == run_id, runs.c.attempt == attempt, runs.c.status.in_(statuses)
-    )
+def _fenced_update(run_id: str, attempt: int | None, *statuses: str) -> Update:
+    """``UPDATE runs`` limited to this attempt of the run (any, for None) while it is in one of
+    ``statuses``."""
+    statement = update(runs).where(runs.c.run_id == run_id, runs.c.status.in_(statuses))
+    return statement if attempt is None else statement.where(runs.c.attempt == attempt)
 
 
 class SqlRunStore(SqlBacked, RunStore):
@@ -206,17 +216,38 @@ class SqlRunStore(SqlBacked, RunStore):
             raise
 
     async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, ACTIVE_VALUES)
+
+    async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, (RunStatus.pending.value,))
+
+    async def _finish(
+        self, run_id: str, attempt: int, completion: Completion, statuses: tuple[str, ...]
+    ) -> RunRecord:
         require_terminal(completion.status)
         now = utcnow()
-        statement = _fenced_update(run_id, attempt, *ACTIVE_VALUES).values(
+        statement = _fenced_update(run_id, attempt, *statuses).values(
             status=completion.status.value,
             stop_reasons=completion.stop_reasons,
             usage=completion.usage,
             error=completion.error,
             ended_at=now,
             updated_at=now,
+            lease_expires_at=None,
         )
-        return await self._fenced(run_id, attempt, statement)
+        if not completion.acknowledges_control:
+            # First action wins: a stored control request outranks a completion that ignores it.
+            statement = statement.where(runs.c.control.is_(None))
+        try:
+            return await self._fenced(run_id, attempt, statement)
+        except FencedOut:
+            current = await self.get(run_id)
+            if (
+                current is not None and current.control is not None
+                and current.attempt == attempt and current.status.value in statuses
+            ):
+                raise control_pending(run_id, current.control) from None
+            raise
 
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
         statement = _fenced_update(run_id, attempt, *ACTIVE_VALUES).values(
@@ -224,18 +255,120 @@ class SqlRunStore(SqlBacked, RunStore):
         )
         return await self._db.write(statement) > 0
 
-    async def claim(self, run_id: str, owner: str, lease_expires_at: datetime | None) -> RunRecord:
+    # -- ownership ---------------------------------------------------------------------------
+    async def claim_next(
+        self, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> RunRecord | None:
+        head = aliased(runs)
+        other = aliased(runs)
+        candidate = (
+            select(runs.c.run_id)
+            .where(
+                runs.c.status == RunStatus.pending.value,
+                or_(runs.c.not_before.is_(None), runs.c.not_before <= now),
+                # the head of its thread's queue ...
+                runs.c.queue_seq == select(func.min(head.c.queue_seq)).where(
+                    head.c.thread_id == runs.c.thread_id, head.c.status.in_(ACTIVE_VALUES)
+                ).scalar_subquery(),
+                # ... on a thread with nothing running
+                ~exists().where(
+                    other.c.thread_id == runs.c.thread_id,
+                    other.c.status == RunStatus.running.value,
+                ),
+            )
+            .order_by(runs.c.created_at, runs.c.queue_seq, runs.c.run_id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+
+        async def work(conn: AsyncConnection) -> RunRecord | None:
+            run_id = await conn.scalar(candidate)
+            if run_id is None:
+                return None
+            started = utcnow()
+            statement = (
+                _fenced_update(run_id, None, RunStatus.pending.value)
+                .values(
+                    status=RunStatus.running.value, owner=owner, lease_expires_at=lease_expires_at,
+                    started_at=started, updated_at=started,
+                )
+                .returning(*_RUN_COLUMNS)
+            )
+            row = await _one(conn, statement)
+            return _to_run(row) if row is not None else None
+
+        try:
+            return await self._db.transaction(work)
+        except IntegrityError as exc:
+            if is_unique_violation(exc):  # another process started a run of that thread first
+                return None
+            raise
+
+    async def next_start_at(self) -> datetime | None:
+        query = select(func.min(runs.c.not_before).label("at")).where(
+            runs.c.status == RunStatus.pending.value, runs.c.not_before > utcnow()
+        )
+        found = await self._db.rows(query)
+        return as_utc(found[0]["at"]) if found else None
+
+    async def renew_lease(
+        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
+    ) -> RunRecord | None:
+        statement = (
+            _fenced_update(run_id, attempt, RunStatus.running.value)
+            .where(runs.c.owner == owner)
+            .values(
+                lease_expires_at=lease_expires_at, updated_at=utcnow(),
+                stream_seq=func.max(runs.c.stream_seq, stream_seq)
+                if self._db.dialect == "sqlite" else func.greatest(runs.c.stream_seq, stream_seq),
+            )
+            .returning(*_RUN_COLUMNS)
+        )
+
+        async def work(conn: AsyncConnection) -> RunRecord | None:
+            row = await _one(conn, statement)
+            return _to_run(row) if row is not None else None
+
+        return await self._db.transaction(work)
+
+    async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:
+        query = (
+            select(*_RUN_COLUMNS)
+            .where(runs.c.status == RunStatus.running.value, runs.c.lease_expires_at < now)
+            .order_by(runs.c.lease_expires_at, runs.c.run_id)
+            .limit(limit)
+        )
+        return [_to_run(row) for row in await self._db.rows(query)]
+
+    async def claim(
+        self, run_id: str, owner: str, lease_expires_at: datetime | None, *, attempt: int | None = None
+    ) -> RunRecord:
+        statement = update(runs).where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_VALUES))
+        if attempt is not None:
+            statement = statement.where(runs.c.attempt == attempt)
+        statement = statement.values(
+            attempt=runs.c.attempt + 1,
+            owner=owner,
+            lease_expires_at=lease_expires_at,
+            updated_at=utcnow(),
+        )
+        return await self._fenced(run_id, attempt, statement)
+
+    async def request_control(self, run_id: str, control: dict[str, Any]) -> RunRecord:
         statement = (
             update(runs)
-            .where(runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_VALUES))
-            .values(
-                attempt=runs.c.attempt + 1,
-                owner=owner,
-                lease_expires_at=lease_expires_at,
-                updated_at=utcnow(),
+            .where(
+                runs.c.run_id == run_id, runs.c.status.in_(ACTIVE_VALUES), runs.c.control.is_(None)
             )
+            .values(control=control, updated_at=utcnow())
         )
-        return await self._fenced(run_id, None, statement)
+        try:
+            return await self._fenced(run_id, None, statement)
+        except FencedOut:
+            current = await self.get(run_id)
+            if current is not None and current.control is not None and not current.status.terminal:
+                return current  # an earlier request stands
+            raise
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, run_id: str) -> RunRecord | None:

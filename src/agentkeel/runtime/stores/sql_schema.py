@@ -50,6 +50,8 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 # JSONB on PostgreSQL: binary storage and equality; plain JSON text elsewhere.
 Json: Any = JSON().with_variant(JSONB(), "postgresql")
+# For nullable JSON columns tested with ``IS NULL``: Python None is SQL NULL, not JSON ``null``.
+NullableJson: Any = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 RUN_STATUS_SQL = ", ".join(f"'{s.value}'" for s in RunStatus)
 RUNNING_ONLY = "status = 'running'"
@@ -93,8 +95,12 @@ runs = Table(
     Column("started_at", UtcDateTime),
     Column("ended_at", UtcDateTime),
     Column("queue_seq", Integer, nullable=False),
+    Column("not_before", UtcDateTime),
+    Column("control", NullableJson),
+    Column("stream_seq", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(f"status IN ({RUN_STATUS_SQL})", name="ck_runs_status"),
     Index("ix_runs_thread_status", "thread_id", "status"),
+    Index("ix_runs_status_lease", "status", "lease_expires_at"),
     Index("uq_runs_thread_queue_seq", "thread_id", "queue_seq", unique=True),
     # The database itself guarantees at most one running run per thread, whatever the caller does.
     Index(

@@ -1,0 +1,146 @@
+"""Conformance of the ownership operations (claims, leases, recovery, stored control requests) on
+every RunStore: memory, SQLite and PostgreSQL. Same fixtures as ``test_store_conformance.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from test_store_conformance import DONE, Stores, empty_stores, run, stores, tid  # noqa: F401
+
+from agentkeel.runtime.records import (
+    Completion,
+    ControlPending,
+    FencedOut,
+    MultitaskStrategy,
+    RunStatus,
+    empty_usage,
+    new_run_id,
+)
+
+CANCEL = {"action": "interrupt", "code": "cancelled", "source": "gateway", "detail": "by request"}
+INTERRUPTED = Completion(RunStatus.interrupted, [{"code": "cancelled"}], empty_usage(), None, True)
+
+
+def lease(seconds: float = 30) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+async def claim_mine(stores: Stores, thread_id: str) -> str:
+    """Claim until a run of ``thread_id`` is claimed (the shared database holds other tests' runs)."""
+    run_store, _ = stores
+    for _ in range(50):
+        got = await run_store.claim_next("w1", lease(), datetime.now(UTC))
+        if got is None:
+            break
+        if got.thread_id == thread_id:
+            return got.run_id
+    raise AssertionError(f"no run of {thread_id} was claimable")
+
+
+async def test_claim_next_is_fifo_per_thread_and_one_running(empty_stores: Stores) -> None:
+    run_store, _ = empty_stores
+    a = (await run_store.admit(run("t1"))).record
+    b = (await run_store.admit(run("t1", MultitaskStrategy.enqueue))).record
+    c = (await run_store.admit(run("t2"))).record
+    now = datetime.now(UTC)
+    first = await run_store.claim_next("w1", lease(), now)
+    second = await run_store.claim_next("w2", lease(), now)
+    assert first is not None and second is not None
+    assert {first.run_id, second.run_id} == {a.run_id, c.run_id}  # b waits behind a
+    assert first.status is RunStatus.running and first.attempt == 1 and first.owner == "w1"
+    assert await run_store.claim_next("w3", lease(), now) is None
+    await run_store.finish(a.run_id, 1, DONE)
+    third = await run_store.claim_next("w3", lease(), datetime.now(UTC))
+    assert third is not None and third.run_id == b.run_id
+
+
+async def test_concurrent_claimers_get_each_run_once(empty_stores: Stores) -> None:
+    run_store, _ = empty_stores
+    admitted = {(await run_store.admit(run(f"t{i}"))).record.run_id for i in range(8)}
+
+    async def claimer(name: str) -> list[str]:
+        got = []
+        while (record := await run_store.claim_next(name, lease(), datetime.now(UTC))) is not None:
+            got.append(record.run_id)
+        return got
+
+    results = await asyncio.gather(*(claimer(f"w{i}") for i in range(4)))
+    claimed = [run_id for batch in results for run_id in batch]
+    assert sorted(claimed) == sorted(admitted)  # every run exactly once
+
+
+async def test_not_before_delays_the_claim(empty_stores: Stores) -> None:
+    run_store, _ = empty_stores
+    later = datetime.now(UTC) + timedelta(hours=1)
+    delayed = (await run_store.admit(run("t1", not_before=later))).record
+    assert await run_store.claim_next("w", lease(), datetime.now(UTC)) is None
+    assert await run_store.next_start_at() == later
+    got = await run_store.claim_next("w", lease(), later + timedelta(seconds=1))
+    assert got is not None and got.run_id == delayed.run_id
+    assert await run_store.next_start_at() is None
+
+
+async def test_renew_lease_is_fenced_and_keeps_the_highest_stream_seq(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    await run_store.admit(run(tid))
+    run_id = await claim_mine(stores, tid)
+    renewed = await run_store.renew_lease(run_id, 1, "w1", lease(60), stream_seq=7)
+    assert renewed is not None and renewed.stream_seq == 7
+    renewed = await run_store.renew_lease(run_id, 1, "w1", lease(60), stream_seq=3)
+    assert renewed is not None and renewed.stream_seq == 7
+    assert await run_store.renew_lease(run_id, 1, "someone-else", lease()) is None
+    assert await run_store.renew_lease(run_id, 2, "w1", lease()) is None
+    await run_store.claim(run_id, "w2", lease(), attempt=1)
+    assert await run_store.renew_lease(run_id, 1, "w1", lease()) is None  # superseded
+
+
+async def test_expired_runs_and_a_single_recoverer(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    await run_store.admit(run(tid))
+    run_id = await claim_mine(stores, tid)
+    await run_store.renew_lease(run_id, 1, "w1", datetime.now(UTC) - timedelta(seconds=1))
+    expired = await run_store.expired_runs(datetime.now(UTC), limit=1000)
+    assert run_id in {r.run_id for r in expired}
+    results = await asyncio.gather(
+        *(run_store.claim(run_id, f"r{i}", lease(), attempt=1) for i in range(3)),
+        return_exceptions=True,
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(winners) == 1 and winners[0].attempt == 2
+    assert all(isinstance(r, FencedOut) for r in results if isinstance(r, BaseException))
+    assert run_id not in {r.run_id for r in await run_store.expired_runs(datetime.now(UTC), 1000)}
+    with pytest.raises(FencedOut):
+        await run_store.finish(run_id, 1, DONE)  # the lost owner's late completion
+
+
+async def test_control_request_first_one_wins_over_completion(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    await run_store.admit(run(tid))
+    run_id = await claim_mine(stores, tid)
+    stored = await run_store.request_control(run_id, CANCEL)
+    assert stored.control == CANCEL
+    again = await run_store.request_control(run_id, {**CANCEL, "code": "rolled_back"})
+    assert again.control == CANCEL  # the first request stands
+    with pytest.raises(ControlPending) as refused:
+        await run_store.finish(run_id, 1, DONE)  # a completion ignoring the request loses
+    assert refused.value.control == CANCEL
+    finished = await run_store.finish(run_id, 1, INTERRUPTED)
+    assert finished.status is RunStatus.interrupted and finished.lease_expires_at is None
+    with pytest.raises(FencedOut):
+        await run_store.request_control(run_id, CANCEL)  # ended: the completion was first
+
+
+async def test_finish_pending_never_ends_a_claimed_run(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    queued = (await run_store.admit(run(tid))).record
+    run_id = await claim_mine(stores, tid)
+    assert run_id == queued.run_id
+    with pytest.raises(FencedOut):
+        await run_store.finish_pending(run_id, 1, INTERRUPTED)
+    other = (await run_store.admit(run(tid, MultitaskStrategy.enqueue))).record
+    done = await run_store.finish_pending(other.run_id, 1, INTERRUPTED)
+    assert done.status is RunStatus.interrupted
+    with pytest.raises(FencedOut, match="does not exist"):
+        await run_store.finish_pending(new_run_id(), 1, INTERRUPTED)
