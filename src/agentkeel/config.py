@@ -47,6 +47,9 @@ class AssistantConfig(_Strict):
     # Extra LangChain middleware, "module:Class" (zero-argument constructor). Placed by the chain
     # builder from its contract, or conservatively when it declares none.
     middleware: list[str] = Field(default_factory=list)
+    # When the worker running one of this assistant's runs is lost: ``fail`` ends the run as error
+    # (stop reason ``worker_lost``); ``resume`` continues it from its last checkpoint.
+    on_worker_lost: Literal["fail", "resume"] = "fail"
 
 
 class ToolsConfig(_Strict):

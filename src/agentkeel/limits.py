@@ -146,6 +146,14 @@ class Limits(_Strict):
     stream_retention: Annotated[int, Field(ge=1)] = 10_000
     stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
     stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
+    # Ownership: the owner renews its lease every third of this; a run whose lease expired is
+    # recovered by a live worker (its assistant's ``on_worker_lost`` policy).
+    lease_ttl_s: Annotated[float, Field(ge=1)] = 30.0
+    # How often a worker looks for claimable runs when the store cannot wake it across processes
+    # (SQLite); with PostgreSQL a NOTIFY wakes it and this is only the safety sweep.
+    claim_poll_s: Annotated[float, Field(gt=0)] = 1.0
+    worker_max_runs: Annotated[int, Field(ge=1)] = 64  # runs one worker process executes at once
+    finalize_step_s: Annotated[float, Field(gt=0)] = 30.0  # bound of each finalization step
 
     loop_detection: LoopDetectionLimits = Field(default_factory=LoopDetectionLimits)
     token_budget: TokenBudgetLimits = Field(default_factory=TokenBudgetLimits)

@@ -65,14 +65,17 @@ class _UnwritableJournal(_JournalWrapper):
         raise RuntimeError("journal disk full")
 
 
-def _manager(rt: Runtime, journal_store: JournalStore, hooks: list[Any] | None = None) -> RunManager:
-    """A second manager over the runtime's stores, bridge and checkpointer, with another journal."""
+async def _manager(rt: Runtime, journal_store: JournalStore, hooks: list[Any] | None = None) -> RunManager:
+    """The worker over the runtime's stores, bridge and checkpointer, with another journal (the
+    runtime itself is opened without a worker, so this manager's claims every run)."""
     deps = WorkerDeps(
         store=rt.store, journal_store=journal_store, bridge=rt.bridge, checkpointer=rt.checkpointer,
         harness=rt.harness, config=rt.config, owner="test-worker", checkpoint_mode=rt.config.checkpoint_mode,
         completion_hooks=list(hooks or []),
     )
-    return RunManager(deps, rt.harness, rt.config.limits)
+    manager = RunManager(deps, rt.harness, rt.config.limits)
+    await manager.start()
+    return manager
 
 
 # -- the journal --------------------------------------------------------------------------------
@@ -83,9 +86,9 @@ async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(keel: Keel
     from agentkeel.runtime.requests import RunRequest
 
     thread = new_thread_id("jopen")
-    async with keel.open() as rt:
+    async with keel.open(worker=False) as rt:
         seen: list[RunRecord] = []
-        manager = _manager(rt, _UnreadableJournal(rt.journal), [recording_hook(seen)])
+        manager = await _manager(rt, _UnreadableJournal(rt.journal), [recording_hook(seen)])
         try:
             run = await manager.create(RunRequest(thread_id=thread, input="hi"))
             done = await manager.wait(run.run_id)
@@ -93,7 +96,7 @@ async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(keel: Keel
             await manager.shutdown(1.0)
         assert done is not None and done.status == RunStatus.error
         assert "journal store unreachable" in str(done.error)
-        assert done.started_at is None  # it failed before it was marked running
+        assert done.started_at is not None  # claimed (running), then failed opening its journal
         assert [r.run_id for r in seen] == [run.run_id]  # completion hooks still ran
         assert (await thread_status(rt, thread)) == "error"
         items = await stream_events(rt, run.run_id)
@@ -110,9 +113,9 @@ async def test_journal_writes_failing_after_start_do_not_fail_the_run(
     from agentkeel.runtime.requests import RunRequest
 
     config = keel.config({"m": [turn("Looking.", call("ls", path="/workspace")), turn("Fine.")]})
-    async with keel.open(config) as rt:
+    async with keel.open(config, worker=False) as rt:
         broken = _UnwritableJournal(rt.journal)
-        manager = _manager(rt, broken)
+        manager = await _manager(rt, broken)
         try:
             with caplog.at_level(logging.WARNING, logger="agentkeel.runtime.journal"):
                 run = await manager.create(RunRequest(thread_id=new_thread_id("jwrite"), input="hi"))
@@ -154,7 +157,9 @@ async def test_a_taken_over_run_cannot_write_its_completion(keel: Keel, caplog: 
         assert stored.usage["total_tokens"] == 0
         assert any("completion refused" in r.getMessage() for r in caplog.records)
         assert seen == []  # completion hooks are for the completion that was written
-        assert (await stream_events(rt, run.run_id))[-1].kind is EventKind.end
+        # Nor does it publish END: the run is not over, its new owner will end the stream.
+        with pytest.raises(TimeoutError):
+            await stream_events(rt, run.run_id, timeout=1.0, heartbeat_s=0.2)
         assert rt.manager.in_flight == 0
 
 

@@ -141,6 +141,11 @@ class StopReasonCollector:
             await self._emit(entry)
         return entry
 
+    def extend(self, entries: list[dict[str, Any]]) -> None:
+        """Carry entries recorded earlier (a lost attempt's, rebuilt from its journal)."""
+        with self._lock:
+            self._entries.extend(dict(e) for e in entries)
+
     def has(self, code: str) -> bool:
         return any(e["code"] == code for e in self._entries)
 

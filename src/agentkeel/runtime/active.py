@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from agentkeel.runtime.records import RunRecord
 from agentkeel.runtime.requests import PreparedRun
@@ -22,14 +22,42 @@ class AbortRequest:
     detail: str = ""
     # The code recorded instead when a requested rollback is refused (nothing safe to restore).
     refused_code: str = "cancelled"
+    # Carries out the run's stored control request (so the completion acknowledges it).
+    from_control: bool = False
+
+    def to_control(self) -> dict[str, Any]:
+        """The durable form stored on the run record (``RunStore.request_control``)."""
+        return {"action": self.action, "code": self.code, "source": self.source,
+                "detail": self.detail, "refused_code": self.refused_code}
+
+    @classmethod
+    def from_stored(cls, control: dict[str, Any]) -> AbortRequest:
+        action = control.get("action")
+        return cls(
+            action="rollback" if action == "rollback" else "interrupt",
+            code=str(control.get("code") or "cancelled"),
+            source=str(control.get("source") or "manager"),
+            detail=str(control.get("detail") or ""),
+            refused_code=str(control.get("refused_code") or "cancelled"),
+            from_control=True,
+        )
 
 
 @dataclass
 class ActiveRun:
+    """A run this process claimed and executes (under its lease) until its task ends."""
+
     record: RunRecord
     prepared: PreparedRun
+    # time.monotonic() by which the lease must be confirmed again; past it the run is fenced.
+    lease_deadline: float = 0.0
     task: asyncio.Task[None] | None = None
     abort: AbortRequest | None = None
+    # The lease is lost: another attempt may own the run now, so this one writes nothing more.
+    fenced: bool = False
+    # Set when this attempt continues a run whose previous owner was lost (``on_worker_lost:
+    # resume``): the previous attempt, for the journal and the tool-call ledger.
+    resumed_from: int | None = None
     # Set by the worker before its first await: from then on a cancel lands inside its ``try``.
     # A task cancelled before it ever ran would skip finalization (no status, no END), so such a
     # run is only flagged, and the worker sees the flag when it starts.

@@ -88,6 +88,7 @@ class Journal:
         self._flush_pending = False
         self._task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()  # one append in flight, in seq order
+        self._fenced = False
 
     @classmethod
     async def open(
@@ -139,6 +140,8 @@ class Journal:
         """
         schedule = False
         with self._lock:
+            if self._fenced:
+                return seq if seq is not None else self._seq
             if seq is None:
                 self._seq += 1
                 seq = self._seq
@@ -234,6 +237,13 @@ class Journal:
                 log.error("journal %s: closed with %d unwritten events", self.run_id, self.pending)
         except Exception:
             log.exception("journal %s: close failed", self.run_id)
+
+    def fence(self) -> None:
+        """Drop what is buffered and write nothing more: this attempt lost the run, and a newer
+        attempt's journal continues from the stored seqs (re-using a seq here would shadow it)."""
+        with self._lock:
+            self._fenced = True
+            self._buffer.clear()
 
     # -- internals ---------------------------------------------------------------------------
     def _trim_locked(self) -> int:

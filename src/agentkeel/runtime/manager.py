@@ -13,6 +13,13 @@ Strategies when a thread already has an active run:
                runs are deleted; the new run starts on the restored state.
 ``enqueue``    FIFO per thread: the next run starts the moment the active one ends (woken by the
                finishing run, never polled).
+
+Everything here works the same whichever process executes the run: admission is a store write and
+a wake-up (``notify.WAKE``); stopping a run stores a control request (the first one wins, also
+against the run's own completion) and wakes its owner, wherever it runs (``notify.CONTROL``); a
+stopped run whose owner died is completed by recovery. Executing lives in ``claimer.py`` and
+``worker.py``; a process started without a worker (``keel serve --no-worker``) only admits,
+controls and reads.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from datetime import timedelta
 
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness
 from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.runtime.active import AbortRequest, ActiveRun, CancelAction
+from agentkeel.runtime.claimer import Claimer
+from agentkeel.runtime.leases import LeaseKeeper, apply_control
+from agentkeel.runtime.notify import CONTROL, WAKE, LocalNotifier, Notifier
 from agentkeel.runtime.records import (
     Completion,
     ConflictError,
@@ -34,9 +45,11 @@ from agentkeel.runtime.records import (
     RunStatus,
     empty_usage,
     new_run_id,
+    utcnow,
 )
 from agentkeel.runtime.requests import PreparedRun, RequestError, RunRequest, prepare_run
-from agentkeel.runtime.worker import WorkerDeps, execute_run
+from agentkeel.runtime.stores.base import RunStore
+from agentkeel.runtime.worker import WorkerDeps
 
 log = logging.getLogger(__name__)
 
@@ -45,24 +58,37 @@ class CancelOutcome(enum.StrEnum):
     cancelled = "cancelled"  # stopping now, or already stopped by a cancel (idempotent)
     already_finished = "already_finished"  # ended on its own before the cancel
     not_found = "not_found"
-    not_owned = "not_owned"  # running in another process; cross-process cancel is a later issue
 
 
 class ShuttingDown(RuntimeError):
     """The manager no longer admits runs."""
 
 
+# How often ``wait`` re-reads a run executed by another process (it is woken by nothing else).
+WAIT_POLL_S = 0.25
+
+
 class RunManager:
-    def __init__(self, deps: WorkerDeps, harness: Harness, limits: Limits) -> None:
+    def __init__(
+        self, deps: WorkerDeps, harness: Harness, limits: Limits, notifier: Notifier | None = None,
+        *, worker: bool = True,
+    ) -> None:
         self._deps = deps
         self._harness = harness
         self._limits = limits
+        self._notifier = notifier or LocalNotifier()
         self._active: dict[str, ActiveRun] = {}
-        self._pump_lock = asyncio.Lock()
         self._accepting = True
+        self.keeper = LeaseKeeper(
+            deps.store, deps.owner, limits.lease_ttl_s, self._active, _last_seq(deps)
+        )
+        self.claimer = (
+            Claimer(deps, harness, limits, self._notifier, self._active, self.keeper, self._finished)
+            if worker else None
+        )
 
     @property
-    def store(self):  # noqa: ANN201 - convenience for callers holding only the manager
+    def store(self) -> RunStore:
         return self._deps.store
 
     @property
@@ -72,12 +98,19 @@ class RunManager:
     def active(self, run_id: str) -> ActiveRun | None:
         return self._active.get(run_id)
 
+    async def start(self) -> None:
+        """Start this process's worker loop (claims, leases, recovery), if it has one."""
+        await self._notifier.start()
+        if self.claimer is not None:
+            await self.claimer.start()
+
     # -- admission ---------------------------------------------------------------------------
     async def create(self, request: RunRequest) -> RunRecord:
         if not self._accepting:
             raise ShuttingDown("the runtime is shutting down and admits no new runs")
         prepared = prepare_run(request, self._harness, self._limits)  # before admission
         await self._check_checkpoint(prepared)
+        now = utcnow()
         record = RunRecord(
             run_id=new_run_id(),
             thread_id=request.thread_id,
@@ -86,11 +119,11 @@ class RunManager:
             on_disconnect=request.on_disconnect,
             kwargs=prepared.kwargs(),
             metadata=dict(request.metadata),
-            owner=self._deps.owner,
+            created_at=now,
+            updated_at=now,
+            not_before=now + timedelta(seconds=request.after_seconds) if request.after_seconds else None,
         )
         result = await self._deps.store.admit(record)
-        active = ActiveRun(result.record, prepared)
-        self._active[record.run_id] = active
         strategy = request.multitask_strategy
         if strategy in (MultitaskStrategy.interrupt, MultitaskStrategy.rollback):
             action: CancelAction = "rollback" if strategy == MultitaskStrategy.rollback else "interrupt"
@@ -105,8 +138,8 @@ class RunManager:
                         refused_code="interrupted_by_new_run",
                     ),
                 )
-        await self._pump(request.thread_id)
-        return active.record
+        await self._wake_workers()
+        return result.record
 
     async def _check_checkpoint(self, prepared: PreparedRun) -> None:
         """A fork from a checkpoint that does not exist is refused before admission."""
@@ -134,15 +167,13 @@ class RunManager:
         self, run_id: str, action: CancelAction = "interrupt", *, code: str = "cancelled",
         source: str = "manager", detail: str = "cancelled by request",
     ) -> CancelOutcome:
-        """Stop a run. Idempotent: cancelling a cancelled run answers ``cancelled`` again."""
-        record = self._active[run_id].record if run_id in self._active else await self._deps.store.get(run_id)
+        """Stop a run wherever it executes. Idempotent: cancelling a cancelled run answers
+        ``cancelled`` again."""
+        record = await self._deps.store.get(run_id)
         if record is None:
             return CancelOutcome.not_found
         if record.status.terminal:
-            cancelled = record.status == RunStatus.interrupted and any(
-                e.get("class") == "cancellation" for e in record.stop_reasons
-            )
-            return CancelOutcome.cancelled if cancelled else CancelOutcome.already_finished
+            return _outcome_of_ended(record)
         abort = AbortRequest(
             action=action, code="rolled_back" if action == "rollback" else code,
             source=source, detail=detail, refused_code=code,
@@ -150,81 +181,92 @@ class RunManager:
         return await self._stop(record, abort)
 
     async def wait(self, run_id: str) -> RunRecord | None:
-        """Wait until a run this process executes has finished; then return its stored record."""
+        """Wait until the run has ended; then its stored record (None if it was deleted)."""
         active = self._active.get(run_id)
         if active is not None:
             await active.done.wait()
-        return await self._deps.store.get(run_id)
+            return await self._deps.store.get(run_id)
+        while (record := await self._deps.store.get(run_id)) is not None and not record.status.terminal:
+            await asyncio.sleep(WAIT_POLL_S)
+        return record
 
     async def _stop(self, record: RunRecord, abort: AbortRequest) -> CancelOutcome:
+        """Store the request (the first one stands, and it outranks a later completion), then
+        carry it out: here if this process executes the run, else by waking its owner; a queued
+        run ends at once; a run whose owner died is completed by recovery."""
+        try:
+            stored = await self._deps.store.request_control(record.run_id, abort.to_control())
+        except FencedOut:
+            ended = await self._deps.store.get(record.run_id)
+            return _outcome_of_ended(ended) if ended is not None else CancelOutcome.not_found
+        assert stored.control is not None
         active = self._active.get(record.run_id)
-        if active is not None and active.task is not None:
-            active.request_abort(abort)  # the worker finalizes; a repeated request changes nothing
-            return CancelOutcome.cancelled
-        if record.status == RunStatus.running:
-            return CancelOutcome.not_owned
-        # Pending (queued, never started): nothing ran, so there is nothing to undo.
-        await self._finish_unstarted(record, abort)
+        if active is not None:
+            apply_control(active, stored.control)
+        elif stored.status is RunStatus.pending:
+            await self._finish_unstarted(stored, AbortRequest.from_stored(stored.control))
+        else:
+            await self._notifier.notify(CONTROL, record.run_id)
         return CancelOutcome.cancelled
 
     async def _finish_unstarted(self, record: RunRecord, abort: AbortRequest) -> None:
         code = abort.refused_code if abort.action == "rollback" else abort.code
         reason = StopReason(code=code, source=abort.source, seq=0, detail=abort.detail + " (before it started)")
         try:
-            await self._deps.store.finish(
+            await self._deps.store.finish_pending(
                 record.run_id, record.attempt,
-                Completion(RunStatus.interrupted, [reason.to_dict()], empty_usage(), None),
+                Completion(RunStatus.interrupted, [reason.to_dict()], empty_usage(), None, True),
             )
-            if abort.action == "rollback":
-                await self._deps.store.delete_run(record.run_id)
-        except FencedOut as exc:
+        except FencedOut as exc:  # claimed meanwhile: its owner carries out the stored request
             log.info("run %s already left the queue: %s", record.run_id, exc)
-        active = self._active.pop(record.run_id, None)
-        if active is not None:
-            active.done.set()
+            await self._notifier.notify(CONTROL, record.run_id)
+            return
+        if abort.action == "rollback":
+            await self._deps.store.delete_run(record.run_id)
         await self._deps.bridge.publish_end(record.run_id)
+        await self._wake_workers()
 
     # -- execution -----------------------------------------------------------------------------
-    async def _pump(self, thread_id: str) -> None:
-        """Start the thread's oldest pending run if nothing of the thread is running."""
-        async with self._pump_lock:
-            if not self._accepting:
-                return
-            queue = await self._deps.store.active_runs(thread_id)
-            if any(r.status == RunStatus.running for r in queue):
-                return
-            if any(a.task is not None and a.record.thread_id == thread_id for a in self._active.values()):
-                return  # ours is between admission and mark_running, or still finalizing
-            nxt = next((r for r in queue if r.status == RunStatus.pending), None)
-            if nxt is None or nxt.run_id not in self._active:
-                return  # nothing queued, or the head of the queue belongs to another process
-            active = self._active[nxt.run_id]
-            active.task = asyncio.create_task(self._execute(active), name=f"agentkeel-run-{nxt.run_id}")
+    async def _finished(self, active: ActiveRun) -> None:
+        """A run of ours ended: its thread may have a queued run for any worker to claim."""
+        if not active.fenced:
+            await self._wake_workers()
 
-    async def _execute(self, active: ActiveRun) -> None:
-        try:
-            await execute_run(self._deps, active)
-        finally:
-            self._active.pop(active.record.run_id, None)
-            active.done.set()
-            try:
-                await self._pump(active.record.thread_id)
-            except Exception:  # the next run stays queued; the next admission or finish retries
-                log.exception("starting the next run of thread %s failed", active.record.thread_id)
+    async def _wake_workers(self) -> None:
+        if self.claimer is not None:
+            self.claimer.wake()
+        await self._notifier.notify(WAKE)
 
     # -- shutdown ------------------------------------------------------------------------------
     async def shutdown(self, drain_s: float = 5.0) -> None:
-        """Stop admitting, give running runs ``drain_s`` to finish, then interrupt the rest.
-
-        Every run still in flight is finalized honestly (status, stop reason, END).
-        """
+        """Stop admitting and claiming, give running runs ``drain_s`` to finish, then interrupt the
+        rest; every run still in flight is finalized honestly (status, stop reason, END).
+        Idempotent: a second call with a shorter bound cuts the wait short."""
         self._accepting = False
+        if self.claimer is not None:
+            self.claimer.stop_claiming()
         running = [a.task for a in self._active.values() if a.task is not None]
         if running:
             await asyncio.wait(running, timeout=drain_s)
         abort = AbortRequest("interrupt", "cancelled", "worker", "the runtime shut down before the run finished")
         for active in list(self._active.values()):
-            await self._stop(active.record, abort)
+            active.request_abort(abort)
         remaining = [a.task for a in self._active.values() if a.task is not None]
         if remaining:
             await asyncio.gather(*remaining, return_exceptions=True)
+        if self.claimer is not None:
+            await self.claimer.close()
+        await self._notifier.close()
+
+
+def _outcome_of_ended(record: RunRecord) -> CancelOutcome:
+    cancelled = record.status == RunStatus.interrupted and any(
+        e.get("class") == "cancellation" for e in record.stop_reasons
+    )
+    return CancelOutcome.cancelled if cancelled else CancelOutcome.already_finished
+
+
+def _last_seq(deps: WorkerDeps):  # noqa: ANN202 - Callable[[str], int | None]
+    """What this process last published on a run's stream (the bridge's counter), if it knows."""
+    last = getattr(deps.bridge, "last_seq", None)
+    return last if callable(last) else (lambda _run_id: None)

@@ -18,7 +18,7 @@ from langgraph.types import Command, Send
 
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
-from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
+from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect, RunRecord
 from agentkeel.runtime.serialization import to_jsonable
 
 STREAM_MODES = frozenset(
@@ -92,7 +92,37 @@ class PreparedRun:
             "interrupt_after": r.interrupt_after,
             "durability": r.durability,
             "after_seconds": r.after_seconds,
+            "user": r.user,
         }
+
+
+def request_from_record(record: RunRecord) -> RunRequest:
+    """The request a stored run was admitted with, for the worker that claims it (in any process).
+
+    The inverse of ``PreparedRun.kwargs``; ``prepare_run`` validates it again. The delay is not
+    repeated: the claim already waited for ``not_before``.
+    """
+    k = record.kwargs
+    return RunRequest(
+        thread_id=record.thread_id,
+        assistant_id=record.assistant_id,
+        input=k.get("input"),
+        config=k.get("config") or None,
+        context=k.get("context") or None,
+        metadata=dict(record.metadata),
+        stream_mode=list(k.get("stream_mode") or ["values"]),
+        stream_subgraphs=bool(k.get("stream_subgraphs")),
+        multitask_strategy=record.multitask_strategy,
+        on_disconnect=record.on_disconnect,
+        model_name=k.get("model_name"),
+        timeout_s=k.get("timeout_s"),
+        user=k.get("user"),
+        command=k.get("command"),
+        checkpoint=k.get("checkpoint"),
+        interrupt_before=k.get("interrupt_before"),
+        interrupt_after=k.get("interrupt_after"),
+        durability=k.get("durability"),
+    )
 
 
 def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> PreparedRun:

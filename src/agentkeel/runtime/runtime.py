@@ -25,6 +25,7 @@ from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
 from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import RunManager
+from agentkeel.runtime.notify import open_notifier
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.factory import open_assistant_store, open_stores
 from agentkeel.runtime.worker import CompletionHook, WorkerDeps
@@ -70,9 +71,12 @@ async def open_runtime(
     harness: Harness | None = None,
     completion_hooks: list[CompletionHook] | None = None,
     drain_s: float = 5.0,
+    worker: bool = True,
 ) -> AsyncIterator[Runtime]:
     """``harness``: one already built from ``config`` (the CLI builds it first to report a broken
-    config cleanly); by default it is built here."""
+    config cleanly); by default it is built here. ``worker=False`` opens a control plane that
+    admits, controls and reads runs but executes none (``keel serve --no-worker``); with a worker
+    the process claims runs, renews their leases and recovers lost ones from the start."""
     freeze_checkpoint_mode(config.checkpoint_mode)
     if harness is None:
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
@@ -97,8 +101,11 @@ async def open_runtime(
                 checkpoint_mode=config.checkpoint_mode, completion_hooks=list(completion_hooks or []),
                 kv_store=kv_store,
             )
-            manager = RunManager(deps, harness, limits)
+            manager = RunManager(
+                deps, harness, limits, open_notifier(config.database_url, store), worker=worker
+            )
             try:
+                await manager.start()
                 yield Runtime(
                     config, store, journal, bridge, checkpointer, harness, manager, assistants, kv_store
                 )

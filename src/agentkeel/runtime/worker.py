@@ -33,7 +33,7 @@ from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.stop_reasons import StopReasonCollector
-from agentkeel.runtime.active import ActiveRun
+from agentkeel.runtime.active import AbortRequest, ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.checkpoints import (
     CheckpointModeError,
@@ -45,7 +45,8 @@ from agentkeel.runtime.checkpoints import (
 )
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
-from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus
+from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
+from agentkeel.runtime.recovery import history_of
 from agentkeel.runtime.serialization import Memo, to_jsonable
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
@@ -64,6 +65,7 @@ from agentkeel.sandbox.workspace import Workspace
 log = logging.getLogger(__name__)
 
 CompletionHook = Callable[[RunRecord], Awaitable[None]]
+PERSIST_BACKOFF_S = (0.2, 5.0)  # retrying the completion write: initial, cap
 
 
 @dataclass
@@ -157,17 +159,15 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     assert state.collector is not None  # set before the body runs
     record = active.record
     prepared = active.prepared
-    if prepared.request.after_seconds > 0:  # a delayed run stays pending (and cancellable) meanwhile
-        await asyncio.sleep(prepared.request.after_seconds)
     state.journal = await Journal.open(deps.journal_store, record.run_id, record.thread_id)
-    active.record = record = await deps.store.mark_running(
-        record.run_id, record.attempt, deps.owner, record.lease_expires_at
-    )
-    state.started = True
+    state.started = True  # claimed: the record is ``running`` under this attempt's lease
+    if active.resumed_from is not None:
+        await _continue_lost_attempt(deps, active, state)
     state.journal.record(
         "run.start",
         {"assistant_id": record.assistant_id, "attempt": record.attempt, "owner": deps.owner,
-         "model": prepared.assistant.model_name, "strategy": record.multitask_strategy.value},
+         "model": prepared.assistant.model_name, "strategy": record.multitask_strategy.value,
+         "resumed_from": active.resumed_from},
         caller="worker",
     )
     await deps.store.set_thread_status(record.thread_id, "busy")
@@ -213,18 +213,23 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         usage=state.usage,
         extra=prepared.caller_context,
     )
-    await _stream(deps, active, graph, config, context)
+    graph_input = prepared.graph_input
+    if active.resumed_from is not None and await _checkpointed_by(state.accessor, record):
+        graph_input = None  # continue from the last checkpoint: LangGraph re-runs what was pending
+    await _stream(deps, active, graph, config, context, graph_input)
     state.status = RunStatus.success
 
 
-async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, context: RunContext) -> None:
+async def _stream(
+    deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any
+) -> None:
     prepared = active.prepared
     run_id = active.record.run_id
     modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
     memo: Memo = {}
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
-            async for name, data in _chunks(graph, prepared, config, context, modes):
+            async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
                 await deps.bridge.publish(run_id, name, to_jsonable(data, memo))
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
@@ -238,7 +243,7 @@ async def _stream(deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, 
 
 
 async def _chunks(
-    graph: Any, prepared: Any, config: Any, context: RunContext, modes: list[str]
+    graph: Any, prepared: Any, graph_input: Any, config: Any, context: RunContext, modes: list[str]
 ) -> AsyncIterator[tuple[str, Any]]:
     """``(event name, data)`` for every chunk of the requested modes.
 
@@ -252,10 +257,10 @@ async def _chunks(
         subgraphs=prepared.request.stream_subgraphs, **prepared.stream_options,
     )
     if "events" not in modes:
-        async for item in graph.astream(prepared.graph_input, config, **kwargs):
+        async for item in graph.astream(graph_input, config, **kwargs):
             yield _chunk_name(item)
         return
-    async for event in graph.astream_events(prepared.graph_input, config, version="v2", **kwargs):
+    async for event in graph.astream_events(graph_input, config, version="v2", **kwargs):
         if event["event"] == "on_chain_stream" and not event.get("parent_ids"):
             name, data = _chunk_name(event["data"]["chunk"])
             if name.split("|", 1)[0] in modes:
@@ -290,50 +295,130 @@ async def _publish(deps: WorkerDeps, active: ActiveRun, event: str, data: Any) -
         log.exception("run %s: publishing %s failed", active.record.run_id, event)
 
 
-async def _step(what: str, run_id: str, coro: Awaitable[Any]) -> Any:
-    """Run one finalization step; a failure is logged and never prevents the next ones."""
+async def _step(what: str, active: ActiveRun, coro: Awaitable[Any], bound_s: float) -> Any:
+    """Run one finalization step within ``bound_s``; a failure is logged and never prevents the
+    next ones."""
     try:
-        return await coro
+        async with asyncio.timeout(bound_s):
+            return await coro
     except Exception:
-        log.exception("run %s: finalization step %r failed", run_id, what)
+        log.exception("run %s: finalization step %r failed", active.record.run_id, what)
         return None
 
 
 async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
     record = active.record
     run_id = record.run_id
+    bound = deps.config.limits.finalize_step_s
     state.processes.kill_all()
     journal = state.journal
+    if active.fenced:  # lease lost: another attempt may own the run; write nothing more
+        if journal is not None:
+            journal.fence()
+        return
     if journal is not None:
-        await _step("journal flush", run_id, journal.flush())
+        await _step("journal flush", active, journal.flush(), bound)
     if state.snapshot is not None and state.workspace is not None:
-        await _step("workspace changes", run_id, _record_changes(deps, state))
+        await _step("workspace changes", active, _record_changes(deps, state), bound)
     rolled_back = False
     if active.abort is not None and active.abort.action == "rollback":
         # A run stopped before it started changed nothing: there is nothing to undo.
-        rolled_back = not state.started or bool(await _step("rollback", run_id, _rollback(deps, active, state)))
+        rolled_back = not state.started or bool(
+            await _step("rollback", active, _rollback(deps, active, state), bound)
+        )
     if state.cancelled:
         await _record_cancellation(active, state, rolled_back)
+    finished = await _persist(deps, active, state, rolled_back)
+    if finished is None:  # fenced out or the lease was lost: the record belongs to someone else
+        if journal is not None:
+            journal.fence()
+        return
+    active.record = finished
+    if rolled_back:  # the thread is back where it was before the run: free
+        await _step("delete rolled-back run", active, deps.store.delete_run(run_id), bound)
+        await _step("thread status", active, deps.store.set_thread_status(
+            record.thread_id, "idle", unless_running=True), bound)
+    else:
+        await _step("thread status", active, _update_thread(deps, state, finished), bound)
+    for hook in deps.completion_hooks:
+        await _step(f"completion hook {getattr(hook, '__name__', hook)}", active, hook(finished), bound)
+    # Last, and only once the terminal record is durable: END means "done, read the record".
+    await _step("END marker", active, deps.bridge.publish_end(run_id), bound)
+
+
+async def _persist(
+    deps: WorkerDeps, active: ActiveRun, state: _RunState, rolled_back: bool
+) -> RunRecord | None:
+    """Journal the end and write the completion, retrying until it lands or the lease is lost.
+
+    A stored control request that this completion did not carry out was first (a cancel that
+    raced the run's own end): the run then ends as the request says, and the write is retried.
+    """
+    assert state.collector is not None
+    record = active.record
+    journal = state.journal
+    bound = deps.config.limits.finalize_step_s
+    delay, cap = PERSIST_BACKOFF_S
     if journal is not None:
         journal.record("run.end", {"status": state.status.value, "error": state.error,
                                    "usage": state.usage.as_dict(), "rolled_back": rolled_back})
-        await _step("journal close", run_id, journal.close())
+        await _step("journal close", active, journal.close(), bound)
+    while not active.fenced:
+        abort = active.abort
+        completion = Completion(
+            status=state.status, stop_reasons=state.collector.entries,
+            usage=state.usage.as_dict(), error=state.error,
+            acknowledges_control=abort is not None and abort.from_control,
+        )
+        try:
+            async with asyncio.timeout(bound):
+                return await deps.store.finish(record.run_id, record.attempt, completion)
+        except ControlPending as exc:
+            await _carry_out_late_control(active, state, exc.control)
+            if journal is not None:
+                journal.record("run.status", {"status": state.status.value, "reason": "control request"})
+                await _step("journal flush", active, journal.flush(), bound)
+        except FencedOut as exc:
+            # A newer attempt (or an earlier terminal write) owns the result; never overwrite it.
+            log.warning("run %s attempt %s: completion refused: %s", record.run_id, record.attempt, exc)
+            return None
+        except Exception as exc:
+            log.warning("run %s: writing the completion failed, retrying in %.1f s: %r",
+                        record.run_id, delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, cap)
+    return None
+
+
+async def _carry_out_late_control(active: ActiveRun, state: _RunState, control: dict[str, Any]) -> None:
+    """The run ended on its own just after a control request was stored: the request stands."""
     assert state.collector is not None
-    completion = Completion(
-        status=state.status, stop_reasons=state.collector.entries,
-        usage=state.usage.as_dict(), error=state.error,
+    abort = AbortRequest.from_stored(control)
+    active.abort = abort
+    code = abort.refused_code if abort.action == "rollback" else abort.code
+    detail = abort.detail + (
+        "; the run had already finished its work, so it was not rolled back"
+        if abort.action == "rollback" else "; it arrived as the run was finishing"
     )
-    finished = await _step("persist completion", run_id, _persist(deps, record, completion))
-    if finished is not None:
-        active.record = finished
-        if rolled_back:  # the thread is back where it was before the run: free
-            await _step("delete rolled-back run", run_id, deps.store.delete_run(run_id))
-            await _step("thread status", run_id, deps.store.set_thread_status(record.thread_id, "idle"))
-        else:
-            await _step("thread status", run_id, _update_thread(deps, state, finished))
-        for hook in deps.completion_hooks:
-            await _step(f"completion hook {getattr(hook, '__name__', hook)}", run_id, hook(finished))
-    await _step("END marker", run_id, deps.bridge.publish_end(run_id))
+    state.status, state.error, state.cancelled = RunStatus.interrupted, None, True
+    await state.collector.record(code, abort.source, detail=detail, data={"action": abort.action})
+
+
+async def _continue_lost_attempt(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
+    """A resumed attempt carries what the lost one spent and why it stopped (rebuilt from the
+    journal), so budgets and the ledger count the whole run, not only this attempt."""
+    assert state.collector is not None
+    reasons, usage = await history_of(deps.journal_store, active.record.run_id)
+    state.usage = usage
+    state.collector.extend(reasons)
+
+
+async def _checkpointed_by(accessor: StateAccessor | None, record: RunRecord) -> bool:
+    """Whether the thread's latest checkpoint was written by this run (so it can continue)."""
+    if accessor is None:
+        return False
+    snapshot = await accessor.aget(record.thread_id)
+    return snapshot is not None and (snapshot.metadata or {}).get("run_id") == record.run_id
 
 
 async def _record_cancellation(active: ActiveRun, state: _RunState, rolled_back: bool) -> None:
@@ -348,15 +433,6 @@ async def _record_cancellation(active: ActiveRun, state: _RunState, rolled_back:
         code = abort.refused_code
         detail = f"{detail}; rollback refused: {state.rollback_error or 'nothing to restore from'}"
     await state.collector.record(code, abort.source, detail=detail, data={"action": abort.action})
-
-
-async def _persist(deps: WorkerDeps, record: RunRecord, completion: Completion) -> RunRecord | None:
-    try:
-        return await deps.store.finish(record.run_id, record.attempt, completion)
-    except FencedOut as exc:
-        # A newer attempt (or an earlier terminal write) owns the result; never overwrite it.
-        log.warning("run %s attempt %s: completion refused: %s", record.run_id, record.attempt, exc)
-        return None
 
 
 async def _record_changes(deps: WorkerDeps, state: _RunState) -> None:
@@ -413,7 +489,8 @@ async def _update_thread(deps: WorkerDeps, state: _RunState, record: RunRecord) 
     status = AFTER_RUN.get(record.status, "idle")
     if record.status == RunStatus.success and state.accessor is not None:
         status = settled_status(await state.accessor.aget(record.thread_id))
-    await deps.store.set_thread_status(record.thread_id, status)
+    # The thread's next run may already be running (another worker claimed it): leave its busy.
+    await deps.store.set_thread_status(record.thread_id, status, unless_running=True)
 
 
 __all__ = ["WorkerDeps", "execute_run"]

@@ -244,8 +244,6 @@ async def cancel_run(
         raise NotFound(f"Run {run_id} not found")
     if outcome is CancelOutcome.already_finished:
         raise ConflictError(f"Run {run_id} already finished (status {record.status.value}); nothing to cancel")
-    if outcome is CancelOutcome.not_owned:
-        raise ConflictError(f"Run {run_id} is running in another process and cannot be cancelled from this one")
     if not wait:
         return Response(status_code=202)
     path = _run_path(record)

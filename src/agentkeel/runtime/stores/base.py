@@ -178,7 +178,12 @@ class RunStore(ABC):
     async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
 
     @abstractmethod
-    async def set_thread_status(self, thread_id: str, status: str) -> None: ...
+    async def set_thread_status(self, thread_id: str, status: str, *, unless_running: bool = False) -> None:
+        """Set the status of an existing thread (a deleted thread stays deleted).
+
+        ``unless_running``: only while none of its runs is running — how a finished run settles its
+        thread without overwriting the ``busy`` of the next run another worker already started.
+        """
 
     @abstractmethod
     async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]: ...

@@ -337,11 +337,14 @@ class MemoryRunStore(RunStore):
             thread = self._threads.get(thread_id)
             return _copy_thread(thread) if thread else None
 
-    async def set_thread_status(self, thread_id: str, status: str) -> None:
+    async def set_thread_status(self, thread_id: str, status: str, *, unless_running: bool = False) -> None:
         require_thread_status(status)
         async with self._lock:
             thread = self._threads.get(thread_id)
-            if thread is not None:
+            running = unless_running and any(
+                r.status is RunStatus.running for r in self._thread_runs(thread_id)
+            )
+            if thread is not None and not running:
                 thread.status = status
                 thread.updated_at = utcnow()
 

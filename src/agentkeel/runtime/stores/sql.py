@@ -370,6 +370,18 @@ class SqlRunStore(SqlBacked, RunStore):
                 return current  # an earlier request stands
             raise
 
+    async def pg_notify(self, channel: str, payload: str) -> None:
+        """``NOTIFY`` through this store's own connections (PostgreSQL only)."""
+
+        async def work(conn: AsyncConnection) -> None:
+            await conn.execute(select(func.pg_notify(channel, payload)))
+
+        await self._db.transaction(work)
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
+
     # -- reads -------------------------------------------------------------------------------
     async def get(self, run_id: str) -> RunRecord | None:
         found = await self._db.rows(_run_query(run_id))
@@ -429,14 +441,14 @@ class SqlRunStore(SqlBacked, RunStore):
         found = await self._db.rows(_thread_query(thread_id))
         return _to_thread(found[0]) if found else None
 
-    async def set_thread_status(self, thread_id: str, status: str) -> None:
-        """Set the status of an existing thread; a thread deleted meanwhile stays deleted."""
+    async def set_thread_status(self, thread_id: str, status: str, *, unless_running: bool = False) -> None:
         require_thread_status(status)
-        await self._db.write(
-            update(threads)
-            .where(threads.c.thread_id == thread_id)
-            .values(status=status, updated_at=utcnow())
-        )
+        statement = update(threads).where(threads.c.thread_id == thread_id)
+        if unless_running:
+            statement = statement.where(~exists().where(
+                runs.c.thread_id == thread_id, runs.c.status == RunStatus.running.value
+            ))
+        await self._db.write(statement.values(status=status, updated_at=utcnow()))
 
     async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]:
         query = (

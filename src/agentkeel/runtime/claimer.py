@@ -1,0 +1,198 @@
+"""The worker loop of one process: claim startable runs, execute them, recover lost ones.
+
+Operations (admission, cancellation) live in ``manager.py`` and only write to the store and send a
+wake-up; this loop is what executes. Any number of processes may run it against one database:
+
+* **Claiming.** ``RunStore.claim_next`` hands each startable run (head of its thread's queue, thread
+  not running anything, delay passed) to exactly one worker. The loop claims while it has capacity
+  (``limits.worker_max_runs``), then sleeps until a wake-up (a run admitted, a thread freed: a
+  PostgreSQL NOTIFY from any process, or this process's own), the next delayed start, or the safety
+  sweep (``limits.claim_poll_s`` where the store cannot wake other processes, else a lease period).
+* **Leases.** ``LeaseKeeper`` renews the leases of every run executing here and carries out stored
+  control requests; a wake-up for a run's control request triggers an immediate renewal.
+* **Recovery.** At start-up and on every sweep, ``Recovery`` takes over runs whose lease expired or
+  whose owner on this host is dead.
+
+Each claimed run is rebuilt from its stored record (``request_from_record`` → ``prepare_run``), the
+same way whichever process admitted it: a run's record is enough to execute it anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from agentkeel.config import Limits
+from agentkeel.harness.agents import Harness
+from agentkeel.runtime.active import ActiveRun
+from agentkeel.runtime.leases import LeaseKeeper, apply_control
+from agentkeel.runtime.notify import CONTROL, WAKE, Notifier
+from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus, empty_usage, utcnow
+from agentkeel.runtime.recovery import Recovery
+from agentkeel.runtime.requests import prepare_run, request_from_record
+from agentkeel.runtime.worker import WorkerDeps, execute_run
+
+log = logging.getLogger(__name__)
+
+ERROR_BACKOFF_S = (0.2, 5.0)
+
+
+class Claimer:
+    def __init__(
+        self,
+        deps: WorkerDeps,
+        harness: Harness,
+        limits: Limits,
+        notifier: Notifier,
+        runs: dict[str, ActiveRun],
+        keeper: LeaseKeeper,
+        on_finished: Callable[[ActiveRun], Awaitable[None]],
+    ) -> None:
+        self._deps = deps
+        self._harness = harness
+        self._limits = limits
+        self._notifier = notifier
+        self._runs = runs
+        self._keeper = keeper
+        self._on_finished = on_finished
+        self._wake = asyncio.Event()
+        self._claiming = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.recovery = Recovery(
+            deps.store, deps.journal_store, deps.bridge, deps.owner, keeper.expiry,
+            policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
+        )
+        notifier.add_listener(self._heard)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._claiming = True
+        await self.recovery.sweep()  # the dead runs of a previous process first
+        self._tasks = [
+            asyncio.create_task(self._claim_loop(), name="agentkeel-claim"),
+            asyncio.create_task(self._keeper.run_forever(), name="agentkeel-leases"),
+            asyncio.create_task(self._sweep_loop(), name="agentkeel-recovery"),
+        ]
+
+    def stop_claiming(self) -> None:
+        """Claim nothing more (shutdown); runs already executing keep their leases renewed."""
+        self._claiming = False
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._claiming = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the loops ---------------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        delay = ERROR_BACKOFF_S[0]
+        while self._claiming:
+            self._wake.clear()
+            try:
+                while self._claiming and len(self._runs) < self._limits.worker_max_runs:
+                    if not await self._claim_one():
+                        break
+                timeout = await self._sleep_for()
+                delay = ERROR_BACKOFF_S[0]
+            except Exception as exc:
+                log.warning("claiming runs failed, retrying in %.1f s: %r", delay, exc)
+                timeout, delay = delay, min(delay * 2, ERROR_BACKOFF_S[1])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _sleep_for(self) -> float:
+        idle = self._keeper.interval_s if self._notifier.cross_process else self._limits.claim_poll_s
+        next_start = await self._deps.store.next_start_at()
+        if next_start is not None:
+            idle = min(idle, max((next_start - utcnow()).total_seconds(), 0.0) + 0.01)
+        return idle
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._keeper.interval_s)
+            await self.recovery.sweep()
+
+    async def _claim_one(self) -> bool:
+        sent = time.monotonic()
+        record = await self._deps.store.claim_next(self._deps.owner, self._keeper.expiry(), utcnow())
+        if record is None:
+            return False
+        self._launch(record, sent)
+        return True
+
+    # -- executing ---------------------------------------------------------------------------
+    def _launch(self, record: RunRecord, sent: float, resumed_from: int | None = None) -> None:
+        try:
+            prepared = prepare_run(request_from_record(record), self._harness, self._limits)
+        except Exception as exc:  # e.g. the assistant was removed from the config since admission
+            task = asyncio.create_task(self._refuse(record, exc), name=f"agentkeel-refuse-{record.run_id}")
+            self._tasks.append(task)
+            task.add_done_callback(self._forget)
+            return
+        active = ActiveRun(record, prepared, resumed_from=resumed_from)
+        self._keeper.start_lease(active, sent)
+        self._runs[record.run_id] = active
+        if record.control is not None:
+            apply_control(active, record.control)  # stored before the claim: stop at once
+        active.task = asyncio.create_task(self._execute(active), name=f"agentkeel-run-{record.run_id}")
+
+    def _launch_resumed(self, record: RunRecord, lost_attempt: int) -> None:
+        self._launch(record, time.monotonic(), resumed_from=lost_attempt)
+
+    async def _execute(self, active: ActiveRun) -> None:
+        try:
+            await execute_run(self._deps, active)
+        finally:
+            self._runs.pop(active.record.run_id, None)
+            active.done.set()
+            await self._on_finished(active)
+
+    async def _refuse(self, record: RunRecord, exc: Exception) -> None:
+        """A claimed run that cannot be built here ends ``error`` at once, with its END."""
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("run %s cannot be executed: %s", record.run_id, error)
+        try:
+            await self._deps.store.finish(record.run_id, record.attempt, Completion(
+                RunStatus.error, [], empty_usage(), error, acknowledges_control=True,
+            ))
+        except FencedOut:
+            return
+        await self._deps.store.set_thread_status(record.thread_id, "error", unless_running=True)
+        with contextlib.suppress(Exception):
+            await self._deps.bridge.publish_end(record.run_id)
+        await self._freed(record.thread_id)
+
+    # -- notifications -----------------------------------------------------------------------
+    def _heard(self, topic: str, run_id: str) -> None:
+        if topic == WAKE:
+            self._wake.set()
+        elif topic == CONTROL and run_id in self._runs:
+            active = self._runs[run_id]
+            task = asyncio.get_running_loop().create_task(self._keeper.renew(active))
+            self._tasks.append(task)
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
+    async def _freed(self, thread_id: str) -> None:
+        await self._notifier.notify(WAKE)
+
+    def _policy(self, record: RunRecord) -> str:
+        assistant = self._deps.config.assistant(record.assistant_id)
+        return assistant.on_worker_lost if assistant is not None else "fail"
+
+
+__all__ = ["Claimer"]
