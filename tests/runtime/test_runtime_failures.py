@@ -86,7 +86,7 @@ async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(keel: Keel
     from agentkeel.runtime.requests import RunRequest
 
     thread = new_thread_id("jopen")
-    async with keel.open(worker=False) as rt:
+    async with keel.open(executes="none") as rt:
         seen: list[RunRecord] = []
         manager = await _manager(rt, _UnreadableJournal(rt.journal), [recording_hook(seen)])
         try:
@@ -113,7 +113,7 @@ async def test_journal_writes_failing_after_start_do_not_fail_the_run(
     from agentkeel.runtime.requests import RunRequest
 
     config = keel.config({"m": [turn("Looking.", call("ls", path="/workspace")), turn("Fine.")]})
-    async with keel.open(config, worker=False) as rt:
+    async with keel.open(config, executes="none") as rt:
         broken = _UnwritableJournal(rt.journal)
         manager = await _manager(rt, broken)
         try:

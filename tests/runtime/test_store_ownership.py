@@ -144,3 +144,14 @@ async def test_finish_pending_never_ends_a_claimed_run(stores: Stores, tid: str)
     assert done.status is RunStatus.interrupted
     with pytest.raises(FencedOut, match="does not exist"):
         await run_store.finish_pending(new_run_id(), 1, INTERRUPTED)
+
+
+async def test_claim_next_can_be_limited_to_given_runs(empty_stores: Stores) -> None:
+    run_store, _ = empty_stores
+    a = (await run_store.admit(run("t1"))).record
+    b = (await run_store.admit(run("t2"))).record
+    now = datetime.now(UTC)
+    assert await run_store.claim_next("w", lease(), now, run_ids=[]) is None
+    got = await run_store.claim_next("w", lease(), now, run_ids=[b.run_id])
+    assert got is not None and got.run_id == b.run_id
+    assert (await run_store.get(a.run_id)).status is RunStatus.pending  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""The ``keel`` command: run, demo, runs list|show, chain, serve."""
+"""The ``keel`` command: run, demo, runs list|show, chain, serve, worker."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _execute(
     config: KeelConfig, harness: Harness, request: RunRequest, *, quiet: bool = False, as_json: bool = False
 ) -> int:
     async def main() -> int:
-        async with open_runtime(config, harness=harness) as rt:
+        async with open_runtime(config, harness=harness, executes="own") as rt:
             try:
                 final, ledger = await _run_one(rt, request, quiet=quiet or as_json)
             except (RequestError, ConflictError) as exc:
@@ -132,7 +132,7 @@ def runs_list(
     cfg, harness = _setup(config)
 
     async def main() -> list[Any]:
-        async with open_runtime(cfg, harness=harness) as rt:
+        async with open_runtime(cfg, harness=harness, executes="none") as rt:
             return await rt.store.list_runs(thread_id=thread, limit=limit)
 
     records = asyncio.run(main())
@@ -157,7 +157,7 @@ def runs_show(
     cfg, harness = _setup(config)
 
     async def main() -> dict[str, Any] | None:
-        async with open_runtime(cfg, harness=harness) as rt:
+        async with open_runtime(cfg, harness=harness, executes="none") as rt:
             record = await rt.store.get(run_id)
             return None if record is None else await build_ledger(record, rt.journal, rt.checkpointer)
 
@@ -204,11 +204,22 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 2024,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    no_worker: Annotated[bool, typer.Option(
+        "--no-worker", help="Serve HTTP only; `keel worker` processes execute the runs.")] = False,
 ) -> None:
     """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
 
-    raise typer.Exit(serve_gateway(*_setup(config), host, port, log_level))
+    raise typer.Exit(serve_gateway(*_setup(config), host, port, log_level, worker=not no_worker))
+
+
+@app.command()
+def worker(config: ConfigOpt = None) -> None:
+    """Execute runs without serving HTTP: claim them from the shared database, renew their leases,
+    recover the runs of lost workers; until SIGTERM/SIGINT, then drain and exit 0."""
+    from agentkeel.cli.worker import run_worker
+
+    raise typer.Exit(run_worker(*_setup(config)))
 
 
 def main() -> None:

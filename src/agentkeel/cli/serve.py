@@ -8,7 +8,9 @@ SIGTERM/SIGINT drains the runtime *while* serving: new runs are refused (503), r
 ``gateway.drain_s`` to finish, the rest are interrupted and finalized (status, stop reason, END);
 their streams and waits then end normally, and only then does uvicorn stop. A second signal cuts
 the drain short (runs are interrupted at once). The process exits 0 (uvicorn would re-raise the
-signal after serving).
+signal after serving) — or, if finalization hangs on an unreachable database, 1 at most
+``FORCE_EXIT_S`` after the drain (or after a second signal): runs left unfinished are recovered by
+another worker when their leases expire.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from sse_starlette.sse import AppStatus
 
+from agentkeel.cli.worker import FORCE_EXIT_S, arm_force_exit
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.app import create_app
 from agentkeel.gateway.deps import Gateway
@@ -59,8 +62,10 @@ class GatewayServer(uvicorn.Server):
     def _on_signal(self) -> None:
         gateway: Gateway = self._app.state.gateway
         if not self._drains:
+            arm_force_exit(gateway.settings.drain_s + CONNECTIONS_GRACE_S + FORCE_EXIT_S)
             self._drains.append(asyncio.ensure_future(self._drain_then_exit(gateway)))
         else:  # a second signal: interrupt the runs now instead of waiting out drain_s
+            arm_force_exit(FORCE_EXIT_S)
             self._drains.append(asyncio.ensure_future(gateway.drain(0)))
 
     async def _drain_then_exit(self, gateway: Gateway) -> None:
@@ -70,11 +75,14 @@ class GatewayServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve_gateway(config: KeelConfig, harness: Harness, host: str, port: int, log_level: str = "warning") -> int:
+def serve_gateway(
+    config: KeelConfig, harness: Harness, host: str, port: int, log_level: str = "warning",
+    *, worker: bool = True,
+) -> int:
     """Serve until a signal; 0 after a clean drain."""
     # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
-    app = create_app(config, harness=harness)
+    app = create_app(config, harness=harness, worker=worker)
     server = GatewayServer(
         uvicorn.Config(
             app, host=host, port=port, lifespan="on", log_level=log_level,

@@ -29,9 +29,12 @@ from agentkeel.runtime.runtime import Runtime, open_runtime
 OPTIONAL_ROUTERS = ("threads", "assistants", "store")
 
 
-def create_app(source: KeelConfig | Runtime, *, harness: Harness | None = None) -> FastAPI:
+def create_app(
+    source: KeelConfig | Runtime, *, harness: Harness | None = None, worker: bool = True
+) -> FastAPI:
     """The gateway over a running ``Runtime``, or over one it opens from a config (with an
-    already built ``harness``, so start-up does not import graphs and load scripts twice)."""
+    already built ``harness``, so start-up does not import graphs and load scripts twice).
+    ``worker=False``: this process serves HTTP only; ``keel worker`` processes execute the runs."""
     metrics = Metrics()
     given = Gateway(source, source.config.gateway, metrics) if isinstance(source, Runtime) else None
     config = source.config if isinstance(source, Runtime) else source
@@ -43,7 +46,8 @@ def create_app(source: KeelConfig | Runtime, *, harness: Harness | None = None) 
             await given.settle()
             return
         async with open_runtime(
-            config, harness=harness, completion_hooks=[metrics.on_run_finished], drain_s=config.gateway.drain_s
+            config, harness=harness, completion_hooks=[metrics.on_run_finished],
+            drain_s=config.gateway.drain_s, executes="all" if worker else "none",
         ) as runtime:
             gw = app.state.gateway = Gateway(runtime, config.gateway, metrics)
             try:

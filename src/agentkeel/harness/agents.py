@@ -31,6 +31,11 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+# Run-config metadata key: model turns the lead already made in earlier attempts of the run (a
+# resumed run); a scripted model continues its script there instead of replaying it from turn 1.
+TURNS_DONE_KEY = "agentkeel_turns_done"
+
+
 class UnknownAssistant(LookupError):
     """No assistant or graph of that id is configured."""
 
@@ -104,8 +109,12 @@ class Harness:
         assistant = self._config.assistant(resolved.assistant_id)
         assert assistant is not None and resolved.model_name is not None
         tools = build_tools(bash_enabled=self._config.tools.bash, names=assistant.tools)
+        metadata = config.get("metadata") or {}
         return create_agent(
-            self.models.build(resolved.model_name, run_key=(config.get("metadata") or {}).get("run_id")),
+            self.models.build(
+                resolved.model_name, run_key=metadata.get("run_id"),
+                turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
+            ),
             tools,
             system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
             middleware=(chain or self.chain(resolved)).for_agent(),

@@ -54,18 +54,19 @@ class ModelLoader:
         script = self._scripts.get(name)
         return bool(script is not None and script.strict)
 
-    def build(self, name: str, run_key: str | None = None) -> BaseChatModel:
+    def build(self, name: str, run_key: str | None = None, turns_done: int = 0) -> BaseChatModel:
         """A new lead model instance for one run.
 
-        Scripted: a fresh session, so every run replays its script from turn 1; keyed by the run
-        id so message ids are reproducible and never collide with an earlier run's on the thread.
-        Subagent models come from the lead's ``for_agent`` so they share that session.
+        Scripted: a fresh session, so every run replays its script from turn 1 — or, for a run
+        resumed after its worker was lost, from the turn after the ``turns_done`` its lost attempts
+        made; keyed by the run id so message ids are reproducible and never collide with an earlier
+        run's on the thread. Subagent models come from the lead's ``for_agent`` so they share that
+        session.
         """
         model = self.check(name)
         if model.use == "scripted":
-            return ScriptedChatModel(
-                script=self._scripts[name], session=ScriptSession(key=run_key and run_key[:8]), model_name=name
-            )
+            session = ScriptSession(key=run_key and run_key[:8], lead_turns_done=turns_done)
+            return ScriptedChatModel(script=self._scripts[name], session=session, model_name=name)
         return _provider_model(model)
 
 

@@ -50,7 +50,11 @@ class Claimer:
         runs: dict[str, ActiveRun],
         keeper: LeaseKeeper,
         on_finished: Callable[[ActiveRun], Awaitable[None]],
+        on_started: Callable[[], None] = lambda: None,
+        only: set[str] | None = None,
     ) -> None:
+        """``only``: claim just these runs (the manager adds the runs it admits) and recover none;
+        None: any run, and recover lost ones."""
         self._deps = deps
         self._harness = harness
         self._limits = limits
@@ -58,6 +62,8 @@ class Claimer:
         self._runs = runs
         self._keeper = keeper
         self._on_finished = on_finished
+        self._on_started = on_started
+        self._only = only
         self._wake = asyncio.Event()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -70,12 +76,13 @@ class Claimer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._claiming = True
-        await self.recovery.sweep()  # the dead runs of a previous process first
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="agentkeel-claim"),
             asyncio.create_task(self._keeper.run_forever(), name="agentkeel-leases"),
-            asyncio.create_task(self._sweep_loop(), name="agentkeel-recovery"),
         ]
+        if self._only is None:
+            await self.recovery.sweep()  # the dead runs of a previous process first
+            self._tasks.append(asyncio.create_task(self._sweep_loop(), name="agentkeel-recovery"))
 
     def stop_claiming(self) -> None:
         """Claim nothing more (shutdown); runs already executing keep their leases renewed."""
@@ -124,10 +131,17 @@ class Claimer:
             await self.recovery.sweep()
 
     async def _claim_one(self) -> bool:
+        if self._only is not None and not self._only:
+            return False
         sent = time.monotonic()
-        record = await self._deps.store.claim_next(self._deps.owner, self._keeper.expiry(), utcnow())
+        record = await self._deps.store.claim_next(
+            self._deps.owner, self._keeper.expiry(), utcnow(),
+            run_ids=None if self._only is None else sorted(self._only),
+        )
         if record is None:
             return False
+        if self._only is not None:
+            self._only.discard(record.run_id)
         self._launch(record, sent)
         return True
 
@@ -146,6 +160,7 @@ class Claimer:
         if record.control is not None:
             apply_control(active, record.control)  # stored before the claim: stop at once
         active.task = asyncio.create_task(self._execute(active), name=f"agentkeel-run-{record.run_id}")
+        self._on_started()
 
     def _launch_resumed(self, record: RunRecord, lost_attempt: int) -> None:
         self._launch(record, time.monotonic(), resumed_from=lost_attempt)

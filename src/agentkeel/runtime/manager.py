@@ -25,9 +25,11 @@ controls and reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from datetime import timedelta
+from typing import Literal
 
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness
@@ -64,6 +66,8 @@ class ShuttingDown(RuntimeError):
     """The manager no longer admits runs."""
 
 
+Executes = Literal["all", "own", "none"]
+
 # How often ``wait`` re-reads a run executed by another process (it is woken by nothing else).
 WAIT_POLL_S = 0.25
 
@@ -71,21 +75,35 @@ WAIT_POLL_S = 0.25
 class RunManager:
     def __init__(
         self, deps: WorkerDeps, harness: Harness, limits: Limits, notifier: Notifier | None = None,
-        *, worker: bool = True,
+        *, executes: Executes = "all",
     ) -> None:
+        """``executes``: which runs this process's worker claims — ``all`` (a worker of the
+        deployment: claims any run and recovers lost ones), ``own`` (only the runs this manager
+        admitted: ``keel run`` on a shared database), ``none`` (``keel serve --no-worker``)."""
         self._deps = deps
         self._harness = harness
         self._limits = limits
         self._notifier = notifier or LocalNotifier()
         self._active: dict[str, ActiveRun] = {}
         self._accepting = True
+        self._changed = asyncio.Event()  # set (and replaced) whenever a run starts or ends here
         self.keeper = LeaseKeeper(
             deps.store, deps.owner, limits.lease_ttl_s, self._active, _last_seq(deps)
         )
+        # Runs admitted here and not yet claimed, for ``executes="own"``.
+        self._own: set[str] | None = set() if executes == "own" else None
         self.claimer = (
-            Claimer(deps, harness, limits, self._notifier, self._active, self.keeper, self._finished)
-            if worker else None
+            Claimer(
+                deps, harness, limits, self._notifier, self._active, self.keeper, self._finished,
+                on_started=self._signal_change, only=self._own,
+            )
+            if executes != "none" else None
         )
+
+    @property
+    def owner(self) -> str:
+        """This process's worker identity: ``host:pid:nonce``."""
+        return self._deps.owner
 
     @property
     def store(self) -> RunStore:
@@ -124,6 +142,8 @@ class RunManager:
             not_before=now + timedelta(seconds=request.after_seconds) if request.after_seconds else None,
         )
         result = await self._deps.store.admit(record)
+        if self._own is not None:
+            self._own.add(record.run_id)
         strategy = request.multitask_strategy
         if strategy in (MultitaskStrategy.interrupt, MultitaskStrategy.rollback):
             action: CancelAction = "rollback" if strategy == MultitaskStrategy.rollback else "interrupt"
@@ -182,13 +202,21 @@ class RunManager:
 
     async def wait(self, run_id: str) -> RunRecord | None:
         """Wait until the run has ended; then its stored record (None if it was deleted)."""
-        active = self._active.get(run_id)
-        if active is not None:
-            await active.done.wait()
-            return await self._deps.store.get(run_id)
-        while (record := await self._deps.store.get(run_id)) is not None and not record.status.terminal:
-            await asyncio.sleep(WAIT_POLL_S)
-        return record
+        while True:
+            active = self._active.get(run_id)
+            if active is not None:
+                await active.done.wait()
+                return await self._deps.store.get(run_id)
+            changed = self._changed
+            record = await self._deps.store.get(run_id)
+            if record is None or record.status.terminal:
+                return record
+            with contextlib.suppress(TimeoutError):  # woken when a run starts here, else re-read
+                await asyncio.wait_for(changed.wait(), WAIT_POLL_S)
+
+    def _signal_change(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def _stop(self, record: RunRecord, abort: AbortRequest) -> CancelOutcome:
         """Store the request (the first one stands, and it outranks a later completion), then
@@ -229,6 +257,7 @@ class RunManager:
     # -- execution -----------------------------------------------------------------------------
     async def _finished(self, active: ActiveRun) -> None:
         """A run of ours ended: its thread may have a queued run for any worker to claim."""
+        self._signal_change()
         if not active.fenced:
             await self._wake_workers()
 

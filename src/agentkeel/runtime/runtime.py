@@ -24,7 +24,7 @@ from agentkeel.runtime.assistants import AssistantStore, ensure_system_assistant
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
 from agentkeel.runtime.kvstore import open_kv_store
-from agentkeel.runtime.manager import RunManager
+from agentkeel.runtime.manager import Executes, RunManager
 from agentkeel.runtime.notify import open_notifier
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.factory import open_assistant_store, open_stores
@@ -71,12 +71,12 @@ async def open_runtime(
     harness: Harness | None = None,
     completion_hooks: list[CompletionHook] | None = None,
     drain_s: float = 5.0,
-    worker: bool = True,
+    executes: Executes = "all",
 ) -> AsyncIterator[Runtime]:
     """``harness``: one already built from ``config`` (the CLI builds it first to report a broken
-    config cleanly); by default it is built here. ``worker=False`` opens a control plane that
-    admits, controls and reads runs but executes none (``keel serve --no-worker``); with a worker
-    the process claims runs, renews their leases and recovers lost ones from the start."""
+    config cleanly); by default it is built here. ``executes`` says which runs this process claims
+    and executes (``RunManager``): ``all`` (a worker: it also recovers lost runs from the start),
+    ``own`` (only the runs it admits), ``none`` (admits, controls and reads only)."""
     freeze_checkpoint_mode(config.checkpoint_mode)
     if harness is None:
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
@@ -102,7 +102,7 @@ async def open_runtime(
                 kv_store=kv_store,
             )
             manager = RunManager(
-                deps, harness, limits, open_notifier(config.database_url, store), worker=worker
+                deps, harness, limits, open_notifier(config.database_url, store), executes=executes
             )
             try:
                 await manager.start()

@@ -30,7 +30,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
-from agentkeel.harness.agents import Harness
+from agentkeel.harness.agents import TURNS_DONE_KEY, Harness
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.stop_reasons import StopReasonCollector
 from agentkeel.runtime.active import AbortRequest, ActiveRun
@@ -176,6 +176,9 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     config = mark_checkpoint_mode(dict(prepared.config), deps.checkpoint_mode)  # type: ignore[arg-type]
     config["callbacks"] = [JournalCallbackHandler(state.journal, state.usage)]
     config.setdefault("metadata", {}).update({"run_id": record.run_id, "assistant_id": record.assistant_id})
+    if active.resumed_from is not None:
+        lead = state.usage.as_dict()["by_agent"].get("lead") or {}
+        config["metadata"][TURNS_DONE_KEY] = int(lead.get("calls", 0))
     bound: dict[str, Any] = {"checkpointer": deps.checkpointer}
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store

@@ -40,10 +40,10 @@ from agentkeel.harness.scripted.strict import check_request
 class AgentCursor:
     """How many model calls one agent instance has made, i.e. where it is in its turn list."""
 
-    def __init__(self, agent: str, instance: int) -> None:
+    def __init__(self, agent: str, instance: int, calls: int = 0) -> None:
         self.agent = agent
         self.instance = instance
-        self._calls = 0
+        self._calls = calls
         # Sync and async calls, or a model shared by parallel branches, may advance it concurrently.
         self._lock = threading.Lock()
 
@@ -62,17 +62,20 @@ class ScriptSession:
     leave it out to get a random one.
     """
 
-    def __init__(self, key: str | None = None) -> None:
+    def __init__(self, key: str | None = None, lead_turns_done: int = 0) -> None:
         self.key = key or uuid.uuid4().hex[:8]
         self._instances: dict[str, int] = {}
         self._lock = threading.Lock()
+        # A resumed run's lead continues after the turns its lost attempts already played.
+        self._lead_turns_done = lead_turns_done
 
     def cursor(self, agent: str) -> AgentCursor:
         """Register a new instance of ``agent``; instances of one name are numbered 0, 1, 2... per session."""
         with self._lock:
             instance = self._instances.get(agent, 0)
             self._instances[agent] = instance + 1
-        return AgentCursor(agent, instance)
+        done = self._lead_turns_done if (agent, instance) == ("lead", 0) else 0
+        return AgentCursor(agent, instance, done)
 
 
 # provider -> (response_metadata["model_provider"], finish key, script finish reason -> provider value).

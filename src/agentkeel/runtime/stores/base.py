@@ -105,9 +105,11 @@ class RunStore(ABC):
     # -- ownership: claims, leases, recovery, control -------------------------------------------
     @abstractmethod
     async def claim_next(
-        self, owner: str, lease_expires_at: datetime, now: datetime
+        self, owner: str, lease_expires_at: datetime, now: datetime, run_ids: list[str] | None = None
     ) -> RunRecord | None:
         """Start the oldest startable pending run for ``owner``: pending -> running, same attempt.
+
+        ``run_ids`` limits the candidates (a process that executes only the runs it admitted).
 
         Startable: the head of its thread's queue (per-thread FIFO), its thread has no running run,
         and its ``not_before`` has passed. Exactly one of any number of concurrent claimers (in any

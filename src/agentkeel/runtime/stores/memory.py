@@ -212,13 +212,15 @@ class MemoryRunStore(RunStore):
             return True
 
     async def claim_next(
-        self, owner: str, lease_expires_at: datetime, now: datetime
+        self, owner: str, lease_expires_at: datetime, now: datetime, run_ids: list[str] | None = None
     ) -> RunRecord | None:
         async with self._lock:
             heads = []
             for thread_id in {r.thread_id for r in self._runs.values() if r.status is RunStatus.pending}:
                 active = self._active(thread_id)
-                if active and active[0].status is RunStatus.pending and startable(active[0], now):
+                if active and active[0].status is RunStatus.pending and startable(active[0], now) and (
+                    run_ids is None or active[0].run_id in run_ids
+                ):
                     heads.append(active[0])
             if not heads:
                 return None

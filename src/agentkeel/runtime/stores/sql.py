@@ -257,7 +257,7 @@ class SqlRunStore(SqlBacked, RunStore):
 
     # -- ownership ---------------------------------------------------------------------------
     async def claim_next(
-        self, owner: str, lease_expires_at: datetime, now: datetime
+        self, owner: str, lease_expires_at: datetime, now: datetime, run_ids: list[str] | None = None
     ) -> RunRecord | None:
         head = aliased(runs)
         other = aliased(runs)
@@ -280,6 +280,8 @@ class SqlRunStore(SqlBacked, RunStore):
             .limit(1)
             .with_for_update(skip_locked=True)
         )
+        if run_ids is not None:
+            candidate = candidate.where(runs.c.run_id.in_(run_ids))
 
         async def work(conn: AsyncConnection) -> RunRecord | None:
             run_id = await conn.scalar(candidate)

@@ -1,0 +1,66 @@
+"""``keel worker``: a process that executes runs and serves no HTTP.
+
+Any number of workers and gateways (``keel serve --no-worker``) share one PostgreSQL database (and
+one Redis for the streams): gateways admit runs and store control requests, workers claim the runs,
+renew their leases, carry out the requests and recover the runs of workers that were lost.
+
+Signals: the first SIGTERM/SIGINT stops claiming and gives running runs ``gateway.drain_s`` to
+finish, then interrupts and finalizes the rest; a second one interrupts at once. Whatever a dead
+database or Redis does to finalization, the process is gone ``FORCE_EXIT_S`` after the signal that
+asked it to stop: its unfinished runs are then recovered by another worker when their leases expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import typer
+
+from agentkeel.config import KeelConfig
+from agentkeel.harness.agents import Harness
+from agentkeel.runtime.runtime import Runtime, open_runtime
+
+# After a stop signal: the drain, then at most this long to finalize before the process exits anyway.
+FORCE_EXIT_S = 10.0
+
+
+def run_worker(config: KeelConfig, harness: Harness) -> int:
+    return asyncio.run(_serve_runs(config, harness))
+
+
+async def _serve_runs(config: KeelConfig, harness: Harness) -> int:
+    stop = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        stop.set()
+        if signals == 1:
+            arm_force_exit(config.gateway.drain_s + FORCE_EXIT_S)
+        else:
+            arm_force_exit(FORCE_EXIT_S)
+            if runtime is not None:
+                asyncio.ensure_future(runtime.manager.shutdown(0))
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    runtime: Runtime | None = None
+    async with open_runtime(config, harness=harness, drain_s=config.gateway.drain_s) as runtime:
+        typer.echo(f"AgentKeel worker {runtime.manager.owner} ready ({config.database_url})")
+        await stop.wait()
+        await runtime.manager.shutdown(config.gateway.drain_s)
+    return 0
+
+
+def arm_force_exit(after_s: float) -> None:
+    """Exit the process ``after_s`` from now unless it has exited by then (a hung finalization
+    must not keep a stopped worker alive); the timer is a daemon thread, immune to a blocked loop."""
+    import threading
+
+    timer = threading.Timer(after_s, lambda: os._exit(1))
+    timer.daemon = True
+    timer.start()
