@@ -138,7 +138,7 @@ class Recovery:
         control = claimed.control
         status = RunStatus.error
         error = (f"WorkerLost: the worker {lost.owner} running attempt {lost.attempt} was lost "
-                 "(its lease expired); the run was not resumed (on_worker_lost: fail)")
+                 "(its process died or its lease expired); the run was not resumed (on_worker_lost: fail)")
         new = []
         if control is not None:  # the cancel was first; the dead owner never carried it out
             status, error = RunStatus.interrupted, None
