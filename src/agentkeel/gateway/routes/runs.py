@@ -100,6 +100,9 @@ async def final_result(gw: Gateway, run_id: str) -> Any:
     record = await gw.runtime.store.get(run_id)
     if record is None:
         return {"__error__": {"error": "RunDeleted", "message": f"run {run_id} was rolled back or deleted"}}
+    if not record.status.terminal:  # never the last checkpoint's values as if it had finished
+        return {"__error__": {"error": "RunNotFinished",
+                              "message": f"run {run_id} is still {record.status.value}"}}
     if record.status in (RunStatus.error, RunStatus.timeout):
         return {"__error__": _error_of(record)}
     snapshot = await (await gw.runtime.accessor(record.assistant_id)).aget(record.thread_id)
