@@ -139,3 +139,41 @@ async def test_a_cancel_reaches_the_owner_in_another_runtime(keel: Keel) -> None
         record = await finished(gateway, run.run_id, timeout=10)
         assert record.status is RunStatus.interrupted and record.stop_reason == "cancelled"
         assert record.stop_reasons[0]["source"] == "manager"
+
+
+@backend_matrix([_param("postgres", "memory")])
+@pytest.mark.parametrize("outcome", ["success", "error"])
+async def test_postgres_backends_terminated_during_finalization(
+    keel: Keel, monkeypatch: pytest.MonkeyPatch, outcome: str
+) -> None:
+    """Every server connection of the database dies as the completion is written (and the first
+    write fails): the completion is retried until it lands; the run is never left ``running`` and
+    never reported as a success it was not."""
+    import psycopg
+
+    last = turn("Done.") if outcome == "success" else {"raise": {"kind": "server_error", "message": "boom"}}
+    cfg = keel.config({"m": [last]}, limits={"llm_retry": {"max_attempts": 1}})
+    async with keel.open(cfg) as rt:
+        original = rt.store.finish
+        calls = 0
+
+        async def finish_while_the_database_restarts(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                with psycopg.connect(keel.backend.database_url, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                raise ConnectionError("server closed the connection unexpectedly")
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(rt.store, "finish", finish_while_the_database_restarts)
+        run = await start(rt, new_thread_id("pgkill"), "hi")
+        record = await finished(rt, run.run_id, timeout=20)
+        assert calls >= 2
+        assert record.status is (RunStatus.success if outcome == "success" else RunStatus.error)
+        assert (await stored(rt, run.run_id)).status is record.status
+        items = await stream_events(rt, run.run_id)
+        assert items[-1].kind is EventKind.end
