@@ -137,7 +137,7 @@ class Recovery:
         reasons, usage = await history_of(self._journal_store, claimed.run_id)
         control = claimed.control
         status = RunStatus.error
-        error = (f"WorkerLost: the worker {lost.owner} running attempt {lost.attempt} was lost "
+        error: str | None = (f"WorkerLost: the worker {lost.owner} running attempt {lost.attempt} was lost "
                  "(its process died or its lease expired); the run was not resumed (on_worker_lost: fail)")
         new = []
         if control is not None:  # the cancel was first; the dead owner never carried it out
