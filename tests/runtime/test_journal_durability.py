@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -105,16 +104,6 @@ async def test_timer_writes_a_small_buffer_once_its_oldest_event_is_due() -> Non
     assert journal.pending == 1
     await asyncio.sleep(0.1)
     assert journal.pending == 0 and len(await store.list("r1")) == 3
-
-
-async def test_timer_also_covers_records_from_other_threads() -> None:
-    store = MemoryJournalStore()
-    journal = await Journal.open(store, "r1", "t1", flush_ms=30)
-    thread = threading.Thread(target=lambda: [journal.record("x") for _ in range(3)])
-    thread.start()
-    thread.join()
-    await asyncio.sleep(0.15)
-    assert len(await store.list("r1")) == 3
 
 
 async def test_timer_retries_a_down_store_with_backoff_then_delivers() -> None:
