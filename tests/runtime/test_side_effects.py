@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from runtime_support import LIGHT_MATRIX, UNGATED, Keel, backend_matrix, call, journal, new_thread_id, run_to_end, turn
 
 from agentkeel.harness.middleware.side_effect_ledger import TOOL_INTENT
+from agentkeel.runtime.records import RunStatus
 from agentkeel.runtime.side_effects import TOOL_RESULT, recovered_notes, unfinished_calls
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.memory import MemoryJournalStore
@@ -79,3 +81,24 @@ async def test_a_call_is_unfinished_exactly_when_its_last_record_is_an_intent(
     unfinished = await unfinished_calls(store, "r1")
     assert set(unfinished) == expected
     assert set(recovered_notes(unfinished)) == {c for c in expected if not last[c][1]}
+
+
+@backend_matrix(LIGHT_MATRIX)
+async def test_a_run_journals_each_intent_before_its_result(keel: Keel) -> None:
+    turns = [
+        turn("Writing.", call("write_file", "c_write", path="/workspace/a.md", content="x"),
+             call("ls", "c_ls", path="/workspace")),
+        turn("Done."),
+    ]
+    async with keel.open(keel.config({"m": turns}, limits=UNGATED)) as rt:
+        run = await run_to_end(rt, new_thread_id("intents"), "write")
+        assert run.status == RunStatus.success
+        events = await journal(rt, run.run_id)
+        assert await unfinished_calls(rt.journal, run.run_id) == {}
+    intents = {e.data["call_id"]: e for e in events if e.kind == TOOL_INTENT}
+    results = {e.data["call_id"]: e for e in events if e.kind == TOOL_RESULT}
+    assert set(intents) == set(results) == {"c_write", "c_ls"}
+    for call_id, intent in intents.items():
+        assert intent.seq < results[call_id].seq
+        assert intent.data["attempt"] == 1
+    assert (intents["c_write"].data["idempotent"], intents["c_ls"].data["idempotent"]) == (False, True)
