@@ -70,14 +70,14 @@ async def test_a_call_is_unfinished_exactly_when_its_last_record_is_an_intent(
 ) -> None:
     store = MemoryJournalStore()
     await store.append([
-        _intent(seq, call, "t", idem, 1) if kind == "intent" else _result(seq, call)
-        for seq, (kind, call, idem) in enumerate(events, start=1)
+        _intent(seq, call_id, "t", idem, 1) if kind == "intent" else _result(seq, call_id)
+        for seq, (kind, call_id, idem) in enumerate(events, start=1)
     ])
     last: dict[str, tuple[str, bool]] = {}
-    for kind, call, idem in events:
-        if kind == "intent" or call in last:
-            last[call] = (kind, idem)
-    expected = {call for call, (kind, _) in last.items() if kind == "intent"}
+    for kind, call_id, idem in events:
+        if kind == "intent" or call_id in last:
+            last[call_id] = (kind, idem)
+    expected = {c for c, (kind, _) in last.items() if kind == "intent"}
     unfinished = await unfinished_calls(store, "r1")
     assert set(unfinished) == expected
     assert set(recovered_notes(unfinished)) == {c for c in expected if not last[c][1]}
