@@ -19,6 +19,7 @@ import pytest
 from test_journal_writer import FlakyStore, settle
 
 from agentkeel.runtime.journal import Journal, JournalWriteError
+from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.stores.memory import MemoryJournalStore
 
@@ -74,8 +75,8 @@ async def _stored_seqs(db: Path) -> set[int]:
 
 
 async def test_kill_9_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
-    flush_ms, slack_s = 100, 0.25  # slack: one SQLite commit on a busy test machine
-    recorded, killed_at = await asyncio.to_thread(_crash_after, tmp_path / "j.db", flush_ms, 0.01, 1.0)
+    flush_ms, slack_s = 100, 0.4  # slack: one SQLite commit on a busy test machine
+    recorded, killed_at = await asyncio.to_thread(_crash_after, tmp_path / "j.db", flush_ms, 0.01, 1.5)
     stored = await _stored_seqs(tmp_path / "j.db")
     assert len(recorded) > 30  # far below the 32-event size trigger would have been
     must_have = {seq for seq, at in recorded.items() if at < killed_at - flush_ms / 1000 - slack_s}
@@ -90,20 +91,33 @@ async def test_without_the_timer_a_crash_loses_the_whole_buffer(tmp_path: Path) 
     assert await _stored_seqs(tmp_path / "j.db") == set()
 
 
+class TimedStore(MemoryJournalStore):
+    """Notes when each event was written (``time.monotonic()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written_at: dict[int, float] = {}
+
+    async def append(self, events: list[JournalEvent]) -> None:
+        await super().append(events)
+        at = time.monotonic()
+        self.written_at.update(dict.fromkeys((e.seq for e in events), at))
+
+
 async def test_timer_writes_a_small_buffer_once_its_oldest_event_is_due() -> None:
-    store = MemoryJournalStore()
-    journal = await Journal.open(store, "r1", "t1", flush_ms=80)
-    journal.record("a")
-    await asyncio.sleep(0.04)
-    journal.record("b")
-    assert await store.list("r1") == []  # neither is due yet, and the buffer is far from full
-    await asyncio.sleep(0.08)
-    assert [e.kind for e in await store.list("r1")] == ["a", "b"]  # due with the oldest
-    journal.record("c")  # a new buffer starts its own interval
-    await asyncio.sleep(0.03)
-    assert journal.pending == 1
-    await asyncio.sleep(0.1)
-    assert journal.pending == 0 and len(await store.list("r1")) == 3
+    store, interval = TimedStore(), 0.1
+    journal = await Journal.open(store, "r1", "t1", flush_ms=int(interval * 1000))
+    recorded = {journal.record("a"): time.monotonic()}
+    await asyncio.sleep(interval / 2)
+    recorded[journal.record("b")] = time.monotonic()
+    await asyncio.sleep(interval * 2)
+    recorded[journal.record("c")] = time.monotonic()  # a new buffer starts its own interval
+    await asyncio.sleep(interval * 2)
+    assert journal.pending == 0 and set(store.written_at) == {1, 2, 3}
+    # Never before the oldest buffered event is due; "b" went with "a", so it was written early.
+    assert store.written_at[1] == store.written_at[2] >= recorded[1] + interval
+    assert store.written_at[3] >= recorded[3] + interval
+    assert store.written_at[3] > store.written_at[1]
 
 
 async def test_timer_retries_a_down_store_with_backoff_then_delivers() -> None:
