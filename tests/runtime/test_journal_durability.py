@@ -212,3 +212,18 @@ async def test_write_through_refuses_unrecordable_data() -> None:
 async def test_flush_interval_must_be_positive() -> None:
     with pytest.raises(ValueError):
         await Journal.open(MemoryJournalStore(), "r", "t", flush_ms=0)
+
+
+async def test_a_fenced_journal_refuses_write_through_and_its_timer_writes_nothing() -> None:
+    """An attempt that lost its run must not start a tool: its intent cannot be made durable."""
+    store = MemoryJournalStore()
+    journal = await Journal.open(store, "r1", "t1", flush_ms=20)
+    await journal.write_through("tool.intent", {"call_id": "before"})
+    journal.record("model.call")
+    journal.fence()
+    with pytest.raises(JournalWriteError, match="fenced"):
+        await journal.write_through("tool.intent", {"call_id": "after"})
+    journal.record("tool.call")
+    await asyncio.sleep(0.1)
+    assert not await journal.flush()
+    assert [e.data.get("call_id") for e in await store.list("r1")] == ["before"]
