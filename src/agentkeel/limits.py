@@ -154,6 +154,9 @@ class Limits(_Strict):
     claim_poll_s: Annotated[float, Field(gt=0)] = 1.0
     worker_max_runs: Annotated[int, Field(ge=1)] = 64  # runs one worker process executes at once
     finalize_step_s: Annotated[float, Field(gt=0)] = 30.0  # bound of each finalization step
+    # The most a crash can lose of a run's journal: buffered events are written once the oldest is
+    # this old (tool-call intents are written through at once).
+    journal_flush_ms: Annotated[int, Field(ge=1, le=60_000)] = 250
 
     loop_detection: LoopDetectionLimits = Field(default_factory=LoopDetectionLimits)
     token_budget: TokenBudgetLimits = Field(default_factory=TokenBudgetLimits)

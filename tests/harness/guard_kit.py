@@ -30,10 +30,15 @@ from agentkeel.harness.tools import build_tools
 
 
 class ListJournal:
-    """A journal sink that keeps records in a list (``kind``, ``data``, ``caller``, ``seq``)."""
+    """A journal sink that keeps records in a list (``kind``, ``data``, ``caller``, ``seq``).
+
+    ``written_through`` lists the seqs ``write_through`` stored; with ``down`` set it raises, as the
+    runtime's journal does when its store fails."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
+        self.written_through: list[int] = []
+        self.down = False
         self._seq = itertools.count(1)
 
     def next_seq(self) -> int:
@@ -42,6 +47,13 @@ class ListJournal:
     def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None, *, seq: int | None = None) -> int:
         seq = seq if seq is not None else self.next_seq()
         self.records.append({"kind": kind, "data": dict(data or {}), "caller": caller, "seq": seq})
+        return seq
+
+    async def write_through(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int:
+        if self.down:
+            raise ConnectionError("journal store down")
+        seq = self.record(kind, data, caller)
+        self.written_through.append(seq)
         return seq
 
     def kinds(self, kind: str) -> list[dict[str, Any]]:
@@ -79,7 +91,7 @@ class RequestLog(BaseCallbackHandler):
 class Outcome:
     messages: list[BaseMessage]
     stop_reasons: list[dict[str, Any]]
-    journal: ListJournal
+    journal: Any  # GuardHarness.journal
     requests: list[list[BaseMessage]]
     interrupts: list[Any] = field(default_factory=list)
 
@@ -98,7 +110,11 @@ class GuardHarness:
     tools: list[Any] | None = None
     thread_id: str = "t1"
     strict_grammar: bool = True
-    journal: ListJournal = field(default_factory=ListJournal)
+    # A ListJournal, or the runtime's Journal where a test needs real durability.
+    journal: Any = field(default_factory=ListJournal)
+    callbacks: list[Any] = field(default_factory=list)
+    attempt: int = 1
+    recovered_calls: dict[str, str] = field(default_factory=dict)
     usage: MeterUsage = field(default_factory=MeterUsage)
     saver: InMemorySaver = field(default_factory=InMemorySaver)
 
@@ -121,11 +137,22 @@ class GuardHarness:
         return RunContext(
             thread_id=self.thread_id, run_id=run_id, workspace_root=self.workspace,
             stop_reasons=self.collector, journal=self.journal, usage=self.usage,
+            attempt=self.attempt, recovered_calls=dict(self.recovered_calls),
         )
 
     async def run(self, prompt: str | None = "Please do the task.", *, resume: Any = None, run_id: str = "r1") -> Outcome:
-        config = {"configurable": {"thread_id": self.thread_id}, "callbacks": [self.log], "recursion_limit": 500}
-        graph_input: Any = Command(resume=resume) if resume is not None else {"messages": [("user", prompt)]}
+        """One run: a new prompt, an answer to an interrupt (``resume``), or with neither a
+        continuation from the thread's last checkpoint (as a recovered attempt resumes)."""
+        config = {
+            "configurable": {"thread_id": self.thread_id},
+            "callbacks": [self.log, *self.callbacks],
+            "recursion_limit": 500,
+        }
+        graph_input: Any = (
+            Command(resume=resume) if resume is not None
+            else {"messages": [("user", prompt)]} if prompt is not None
+            else None
+        )
         interrupts: list[Any] = []
         async for chunk in self.graph.astream(graph_input, config, context=self.context(run_id), stream_mode="updates"):
             if "__interrupt__" in chunk:

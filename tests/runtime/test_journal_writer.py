@@ -180,9 +180,10 @@ async def test_records_from_threads_get_unique_seqs_and_all_land() -> None:
     assert [e.seq for e in await store.list("r1")] == seqs
 
 
-async def test_record_from_a_thread_flushes_on_the_loop() -> None:
+@pytest.mark.parametrize("trigger", [{"flush_every": 2, "flush_ms": 60_000}, {"flush_ms": 30}], ids=["size", "age"])
+async def test_record_from_a_thread_flushes_on_the_loop(trigger: dict[str, int]) -> None:
     store = MemoryJournalStore()
-    journal = await Journal.open(store, "r1", "t1", flush_every=2)
+    journal = await Journal.open(store, "r1", "t1", **trigger)
     thread = threading.Thread(target=lambda: [journal.record("x") for _ in range(2)])
     thread.start()
     thread.join()

@@ -6,6 +6,7 @@ pose as another thread, run or user.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,9 +29,15 @@ class ProcessRegistry(Protocol):
 
 
 class JournalSink(Protocol):
-    """The run's journal, for guards that record interventions (``runtime.journal.Journal``)."""
+    """The run's journal (``runtime.journal.Journal``): ``record`` buffers (guards' interventions),
+    ``write_through`` returns once the record is stored and raises if it could not be (tool-call
+    intents, which must be durable before the tool runs)."""
 
     def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int: ...
+
+    async def write_through(
+        self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None
+    ) -> int: ...
 
 
 class UsageMeter(Protocol):
@@ -60,4 +67,8 @@ class RunContext:
     stop_reasons: StopReasonCollector = field(default_factory=StopReasonCollector.standalone)
     journal: JournalSink | None = None
     usage: UsageMeter | None = None
+    # Tool calls an earlier attempt of this run started and never finished, that must not run again
+    # blindly (call id -> what is known of it); the worker fills it on a recovered attempt and the
+    # SideEffectLedger middleware answers those calls instead of running them.
+    recovered_calls: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

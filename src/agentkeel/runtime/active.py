@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.records import RunRecord
 from agentkeel.runtime.requests import PreparedRun
 
@@ -58,6 +59,8 @@ class ActiveRun:
     # Set when this attempt continues a run whose previous owner was lost (``on_worker_lost:
     # resume``): the previous attempt, for the journal and the tool-call ledger.
     resumed_from: int | None = None
+    # The run's journal once opened (the lease keeper fences it the moment the lease is lost).
+    journal: Journal | None = None
     # Set by the worker before its first await: from then on a cancel lands inside its ``try``.
     # A task cancelled before it ever ran would skip finalization (no status, no END), so such a
     # run is only flagged, and the worker sees the flag when it starts.

@@ -12,6 +12,17 @@ instead of vanishing silently. Unlike DeerFlow's per-thread ``max(seq)+1`` store
 assigned here and is per run; a journal re-opened for a recovered run continues after the last
 stored seq instead of colliding with it.
 
+Why a timer as well as a size trigger: a run of a few dozen events never fills a batch, so a
+size-only writer loses the whole run on a crash. A timer on the run's loop writes whatever is
+buffered once the oldest buffered event is ``flush_ms`` old, so a crash (``kill -9``, a lost
+host) loses at most the last flush interval. After a failed write the timer retries with a
+doubling delay (at most ``_MAX_RETRY_DELAY_S``), so a down store is not hammered.
+
+Why ``write_through``: some records must be durable *before* the run goes on — a tool call's
+intent is written before the tool runs, so a recovered attempt knows which side effects may already
+have happened. ``write_through`` records, writes everything buffered up to and including the event,
+and raises :class:`JournalWriteError` if the store failed; the caller decides what that means.
+
 Kinds (``data`` fields; ``caller`` is ``lead`` | ``subagent:<type>`` | ``middleware:<name>``):
 
 =================  =============================================================================
@@ -22,9 +33,12 @@ run.status         {status, ...} on every status change
 run.end            {status, stop_reason, usage, ...}
 model.call         {model, input_tokens, output_tokens, latency_ms, finish_reason, tool_calls: n}
 model.error        {model, error_type, message, latency_ms}
+tool.intent        {call_id, name, idempotent, attempt}: written through BEFORE the tool runs
+                   (``harness.middleware.side_effect_ledger``)
 tool.call          {name, call_id, status (ok|error|interrupted), duration_ms, result_size
-                   [, error_type]}
-intervention       {middleware, action, detail} (guards)
+                   [, error_type]}: after the tool ran
+intervention       {middleware, action, detail, ...} (guards; ``recovered_call`` when a call
+                   lost with an earlier attempt is answered without running it)
 stop_reason        the stop-reason entry dict (recorded at the entry's own ``seq``)
 file.changed       {path, change (added|modified|deleted), before_sha256, after_sha256,
                    tool_call_id, tool_name, tool_seq}
@@ -40,6 +54,8 @@ import asyncio
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from agentkeel.runtime.records import utcnow
@@ -50,6 +66,13 @@ log = logging.getLogger(__name__)
 # Largest single ``append``: after an outage the buffer may hold thousands of events, and one huge
 # statement is both slow and more likely to fail as a whole.
 _MAX_BATCH = 500
+# Longest wait between retries of a store that keeps failing (the delay doubles from ``flush_ms``).
+_MAX_RETRY_DELAY_S = 5.0
+
+
+class JournalWriteError(RuntimeError):
+    """A :meth:`Journal.write_through` record could not be stored (the store failed); the record
+    stays buffered for a later flush."""
 
 
 class Journal:
@@ -63,20 +86,25 @@ class Journal:
         *,
         loop: asyncio.AbstractEventLoop,
         flush_every: int = 32,
+        flush_ms: int = 250,
         max_buffer: int = 10_000,
         last_seq: int = 0,
     ) -> None:
         if flush_every < 1 or max_buffer < flush_every:
             raise ValueError("need 1 <= flush_every <= max_buffer")
+        if flush_ms < 1:
+            raise ValueError("need flush_ms >= 1")
         self._store = store
         self.run_id = run_id
         self.thread_id = thread_id
         self._loop = loop
         self._flush_every = flush_every
+        self._interval = flush_ms / 1000
         self._max_buffer = max_buffer
-        self._lock = threading.Lock()  # seq, buffer and counters; callbacks may run in threads
+        self._lock = threading.Lock()  # seq, buffer, counters and timer flags; callbacks may run in threads
         self._seq = last_seq
         self._buffer: list[JournalEvent] = []
+        self._oldest_at: float | None = None  # time.monotonic() of the oldest buffered event
         self._tool_seqs: dict[str, int] = {}
         self._recorded = 0
         self._dropped = 0
@@ -86,7 +114,12 @@ class Journal:
         # every record.
         self._trigger_at = flush_every
         self._flush_pending = False
-        self._task: asyncio.Task[None] | None = None
+        # The age timer: armed while events are buffered; after failures it waits until ``_retry_at``.
+        self._timer_armed = False
+        self._timer: asyncio.TimerHandle | None = None  # touched on the loop only
+        self._failures = 0
+        self._retry_at = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()  # one append in flight, in seq order
         self._fenced = False
 
@@ -98,11 +131,14 @@ class Journal:
         thread_id: str,
         *,
         flush_every: int = 32,
+        flush_ms: int = 250,
         max_buffer: int = 10_000,
     ) -> Journal:
         """Open the run's journal; raises if the store cannot be read (a run error, not a warning).
 
-        If the run already has events (a recovered run's next attempt), seqs continue after them.
+        ``flush_ms`` is the oldest a buffered event gets before it is written (``limits.journal_flush_ms``):
+        the most of the journal a crash can lose. If the run already has events (a recovered run's
+        next attempt), seqs continue after them.
         """
         first = await store.list(run_id, limit=1)
         last_seq = await _last_stored_seq(store, run_id, first[0].seq) if first else 0
@@ -114,6 +150,7 @@ class Journal:
             thread_id,
             loop=asyncio.get_running_loop(),
             flush_every=flush_every,
+            flush_ms=flush_ms,
             max_buffer=max_buffer,
             last_seq=last_seq,
         )
@@ -138,36 +175,32 @@ class Journal:
         ``seq`` is for a seq reserved earlier with :meth:`next_seq` (a stop reason is journaled at
         the seq it was stamped with); by default a new one is assigned.
         """
-        schedule = False
-        with self._lock:
-            if self._fenced:
-                return seq if seq is not None else self._seq
-            if seq is None:
-                self._seq += 1
-                seq = self._seq
-            try:
-                event = JournalEvent(
-                    run_id=self.run_id,
-                    thread_id=self.thread_id,
-                    seq=seq,
-                    kind=kind,
-                    data=_json_safe(data),
-                    caller=caller,
-                    ts=utcnow(),
-                )
-            except Exception:  # data that is not a mapping; the run must not notice
-                log.exception("journal %s: could not record %s event", self.run_id, kind)
-                return seq
-            self._buffer.append(event)
-            self._recorded += 1
-            if kind == "tool.call" and event.data.get("call_id"):
-                self._tool_seqs[str(event.data["call_id"])] = seq
-            dropped = self._trim_locked()
-            if len(self._buffer) >= self._trigger_at and not self._flush_pending:
-                self._flush_pending = schedule = True
-        self._warn_dropped(dropped)
-        if schedule:
-            self._schedule_flush()
+        try:
+            return self._buffer_event(kind, data, caller, seq)
+        except _Unrecordable as exc:  # data that is not a mapping; the run must not notice
+            log.error("journal %s: could not record %s event", self.run_id, kind, exc_info=exc.__cause__)
+            return exc.seq
+
+    async def write_through(
+        self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None
+    ) -> int:
+        """Record one event and return its seq once it, and everything recorded before it, is stored.
+
+        Raises :class:`JournalWriteError` when the store fails (the events stay buffered and are
+        written by a later flush) or the journal is fenced, and ``TypeError`` for data that cannot
+        be recorded.
+        """
+        try:
+            seq = self._buffer_event(kind, data, caller, None)
+        except _Unrecordable as exc:
+            raise TypeError(f"journal {self.run_id}: cannot record {kind}: {exc.__cause__}") from None
+        # Whatever was recorded earlier is buffered, or taken by a flush that holds the write lock
+        # (and put back if it failed), so one write under the lock covers it all.
+        async with self._write_lock:
+            error = await self._write_buffered()
+        if error is not None:
+            raise JournalWriteError(f"journal {self.run_id}: {kind} seq {seq} not stored: {error!r}") from error
+        self._report_drops()
         return seq
 
     def seq_of_tool_call(self, call_id: str) -> int | None:
@@ -199,36 +232,18 @@ class Journal:
     async def flush(self) -> bool:
         """Write every buffered event in seq order; False (events kept) if the store failed."""
         async with self._write_lock:
-            with self._lock:
-                batch, self._buffer = self._buffer, []
-            batch.sort(key=lambda e: e.seq)
-            for start in range(0, len(batch), _MAX_BATCH):
-                try:
-                    await self._store.append(batch[start : start + _MAX_BATCH])
-                except BaseException as exc:
-                    self._rebuffer(batch[start:])
-                    if not isinstance(exc, Exception):  # cancellation: keep events, propagate
-                        raise
-                    log.warning(
-                        "journal %s: writing %d events failed, kept for the next flush: %r",
-                        self.run_id,
-                        len(batch) - start,
-                        exc,
-                    )
-                    return False
-            with self._lock:
-                self._trigger_at = self._flush_every
-                report, self._unreported_drops = self._unreported_drops, 0
-        if report:
-            self.record("journal.dropped", {"count": report})
+            error = await self._write_buffered()
+        if error is not None:
+            return False
+        self._report_drops()
         return True
 
     async def close(self) -> None:
-        """Wait for a background flush, write what is left. Never raises (cancellation aside)."""
+        """Wait for background flushes, write what is left, stop the timer. Never raises
+        (cancellation aside)."""
         try:
-            task = self._task
-            if task is not None and not task.done():
-                await asyncio.wait([task])
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
             # A second pass writes the ``journal.dropped`` note a successful first pass may add.
             for _ in range(2):
                 if not self.pending or not await self.flush():
@@ -237,15 +252,102 @@ class Journal:
                 log.error("journal %s: closed with %d unwritten events", self.run_id, self.pending)
         except Exception:
             log.exception("journal %s: close failed", self.run_id)
+        finally:
+            self._stop_timer()
 
     def fence(self) -> None:
         """Drop what is buffered and write nothing more: this attempt lost the run, and a newer
-        attempt's journal continues from the stored seqs (re-using a seq here would shadow it)."""
+        attempt's journal continues from the stored seqs (re-using a seq here would shadow it).
+        ``write_through`` raises from now on."""
         with self._lock:
             self._fenced = True
             self._buffer.clear()
+            self._oldest_at = None
 
     # -- internals ---------------------------------------------------------------------------
+    def _buffer_event(self, kind: str, data: dict[str, Any] | None, caller: str | None, seq: int | None) -> int:
+        """Append one event (under the lock) and start whatever write it makes due."""
+        flush = arm = False
+        with self._lock:
+            if self._fenced:
+                return seq if seq is not None else self._seq
+            if seq is None:
+                self._seq += 1
+                seq = self._seq
+            try:
+                event = JournalEvent(
+                    run_id=self.run_id,
+                    thread_id=self.thread_id,
+                    seq=seq,
+                    kind=kind,
+                    data=_json_safe(data),
+                    caller=caller,
+                    ts=utcnow(),
+                )
+            except Exception as exc:
+                raise _Unrecordable(seq) from exc
+            self._buffer.append(event)
+            if self._oldest_at is None:
+                self._oldest_at = time.monotonic()
+            self._recorded += 1
+            if kind == "tool.call" and event.data.get("call_id"):
+                self._tool_seqs[str(event.data["call_id"])] = seq
+            dropped = self._trim_locked()
+            if len(self._buffer) >= self._trigger_at and not self._flush_pending:
+                self._flush_pending = flush = True
+            if not self._timer_armed:
+                self._timer_armed = arm = True
+        self._warn_dropped(dropped)
+        if flush and not self._on_loop(self._start_flush_task):
+            with self._lock:
+                self._flush_pending = False
+        if arm and not self._on_loop(self._check_due):
+            with self._lock:
+                self._timer_armed = False
+        return seq
+
+    async def _write_buffered(self) -> Exception | None:
+        """Write the whole buffer in seq order (the caller holds the write lock). On a store
+        failure the unwritten events go back to the buffer and the error is returned."""
+        with self._lock:
+            if self._fenced:
+                return self._fenced_error()
+            batch, self._buffer = self._buffer, []
+            oldest, self._oldest_at = self._oldest_at, None
+        batch.sort(key=lambda e: e.seq)
+        try:
+            for start in range(0, len(batch), _MAX_BATCH):
+                try:
+                    await self._store.append(batch[start : start + _MAX_BATCH])
+                except BaseException as exc:
+                    self._rebuffer(batch[start:], oldest)
+                    if not isinstance(exc, Exception):  # cancellation: keep events, propagate
+                        raise
+                    log.warning(
+                        "journal %s: writing %d events failed, kept for the next flush: %r",
+                        self.run_id,
+                        len(batch) - start,
+                        exc,
+                    )
+                    return exc
+            with self._lock:
+                self._trigger_at = self._flush_every
+                self._failures, self._retry_at = 0, 0.0
+                # Fenced while writing: what was written stands, but no caller may go on as if
+                # its record were the run's (a tool must not run for an attempt that lost the run).
+                return self._fenced_error() if self._fenced else None
+        finally:
+            self._rearm()
+
+    def _fenced_error(self) -> JournalWriteError:
+        return JournalWriteError(f"journal {self.run_id}: fenced, this attempt lost the run")
+
+    def _report_drops(self) -> None:
+        with self._lock:
+            report, self._unreported_drops = self._unreported_drops, 0
+        if report:
+            self.record("journal.dropped", {"count": report})
+
     def _trim_locked(self) -> int:
         excess = len(self._buffer) - self._max_buffer
         if excess <= 0:
@@ -255,34 +357,73 @@ class Journal:
         self._unreported_drops += excess
         return excess
 
-    def _rebuffer(self, events: list[JournalEvent]) -> None:
+    def _rebuffer(self, events: list[JournalEvent], oldest: float | None) -> None:
         with self._lock:
             self._buffer[:0] = events
+            self._oldest_at = oldest if oldest is not None else self._oldest_at
             dropped = self._trim_locked()
             self._trigger_at = len(self._buffer) + self._flush_every
+            self._failures += 1
+            delay = min(self._interval * 2**self._failures, _MAX_RETRY_DELAY_S)
+            self._retry_at = time.monotonic() + delay
         self._warn_dropped(dropped)
 
     def _warn_dropped(self, count: int) -> None:
         if count:
             log.warning("journal %s: buffer full, dropped %d oldest events", self.run_id, count)
 
-    def _schedule_flush(self) -> None:
-        """Start a background flush on the run's loop, from the loop's thread or any other."""
+    def _on_loop(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` on the run's loop, from the loop's thread or any other; False if the
+        loop is closed (events then stay buffered for ``close``/``flush``)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         try:
             if running is self._loop:
-                self._start_flush_task()
+                callback()
             else:
-                self._loop.call_soon_threadsafe(self._start_flush_task)
-        except RuntimeError:  # the loop is closed: events stay buffered for close()/flush()
-            with self._lock:
-                self._flush_pending = False
+                self._loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            return False
+        return True
+
+    def _check_due(self) -> None:
+        """The age timer (on the loop): flush once the oldest buffered event is ``flush_ms`` old,
+        or after the retry delay of a failed write; else wait until then."""
+        self._timer = None
+        with self._lock:
+            if not self._buffer or self._oldest_at is None:
+                self._timer_armed = False
+                return
+            delay = max(self._oldest_at + self._interval, self._retry_at) - time.monotonic()
+            if delay <= 0:
+                self._timer_armed = False
+        if delay > 0:
+            self._timer = self._loop.call_later(delay, self._check_due)
+        else:
+            self._start_flush_task()
+
+    def _rearm(self) -> None:
+        """After a write (on the loop): events recorded meanwhile, or put back, need the timer."""
+        with self._lock:
+            arm = bool(self._buffer) and not self._timer_armed
+            if arm:
+                self._timer_armed = True
+        if arm:
+            self._check_due()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with self._lock:
+            self._timer_armed = False
 
     def _start_flush_task(self) -> None:
-        self._task = self._loop.create_task(self._background_flush())
+        task = self._loop.create_task(self._background_flush())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _background_flush(self) -> None:
         try:
@@ -292,6 +433,12 @@ class Journal:
         finally:
             with self._lock:
                 self._flush_pending = False
+
+
+class _Unrecordable(Exception):
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
 
 
 def _json_safe(data: dict[str, Any] | None) -> dict[str, Any]:

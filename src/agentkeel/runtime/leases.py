@@ -103,6 +103,8 @@ class LeaseKeeper:
         log.error("run %s attempt %s: lease lost, stopping and writing nothing more: %s",
                   active.record.run_id, active.record.attempt, why)
         active.fenced = True
+        if active.journal is not None:
+            active.journal.fence()  # refuses tool intents at once: no new non-idempotent call starts
         active.request_abort(AbortRequest("interrupt", "lease_lost", "worker", f"lease lost: {why}"))
 
 

@@ -48,6 +48,7 @@ from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import history_of
 from agentkeel.runtime.serialization import Memo, to_jsonable
+from agentkeel.runtime.side_effects import prior_calls, recovered_notes
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
     WorkspaceSnapshot,
@@ -159,10 +160,15 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     assert state.collector is not None  # set before the body runs
     record = active.record
     prepared = active.prepared
-    state.journal = await Journal.open(deps.journal_store, record.run_id, record.thread_id)
+    state.journal = await Journal.open(
+        deps.journal_store, record.run_id, record.thread_id, flush_ms=deps.config.limits.journal_flush_ms
+    )
+    active.journal = state.journal
     state.started = True  # claimed: the record is ``running`` under this attempt's lease
+    recovered: dict[str, str] = {}
     if active.resumed_from is not None:
         await _continue_lost_attempt(deps, active, state)
+        recovered = recovered_notes(await prior_calls(deps.journal_store, record.run_id))
     state.journal.record(
         "run.start",
         {"assistant_id": record.assistant_id, "attempt": record.attempt, "owner": deps.owner,
@@ -214,6 +220,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         stop_reasons=state.collector,
         journal=state.journal,
         usage=state.usage,
+        recovered_calls=recovered,
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input

@@ -23,6 +23,7 @@ from agentkeel.harness.middleware.model_length import ModelLengthFinishReason
 from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
 from agentkeel.harness.middleware.request_grammar import RequestGrammar
 from agentkeel.harness.middleware.safety_finish_reason import SafetyFinishReason
+from agentkeel.harness.middleware.side_effect_ledger import SideEffectLedger
 from agentkeel.harness.middleware.terminal_response import TerminalResponse
 from agentkeel.harness.middleware.token_budget import TokenBudget
 from agentkeel.harness.middleware.tool_error_handling import ToolErrorHandling
@@ -42,6 +43,7 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
     ReadBeforeWrite,
     RequestGrammar,
     SafetyFinishReason,
+    SideEffectLedger,
     TerminalResponse,
     TokenBudget,
     ToolErrorHandling,
@@ -66,6 +68,7 @@ def guard_members(kind: ChainKind, limits: Limits) -> list[KeelMiddleware]:
         ModelLengthFinishReason(),
         TerminalResponse(),
         RequestGrammar(limits.request_grammar.mode),
+        SideEffectLedger(),
     ]
     if kind == "lead":
         members.append(Clarification())

@@ -5,6 +5,9 @@ Tools are shared, stateless objects: everything run-specific (workspace, limits,
 process registry) reaches them through the trusted :class:`~agentkeel.harness.context.RunContext`
 that LangGraph injects as ``runtime.context``, so an agent graph must be compiled with
 ``context_schema=RunContext`` and invoked with ``context=RunContext(...)``.
+
+Each built-in declares whether it is idempotent (:mod:`.idempotency`): the read-only tools are, so a
+recovered run may repeat them; ``write_file``, ``str_replace`` and ``bash`` are not.
 """
 
 from __future__ import annotations
@@ -13,11 +16,16 @@ from langchain_core.tools import BaseTool
 
 from agentkeel.harness.tools.clarify import ASK_CLARIFICATION
 from agentkeel.harness.tools.files import READ_FILE, STR_REPLACE, WRITE_FILE
+from agentkeel.harness.tools.idempotency import declare_idempotent, is_idempotent
 from agentkeel.harness.tools.search import GLOB, GREP, LS
 from agentkeel.harness.tools.shell import BASH
 
+READ_ONLY_TOOL_NAMES = frozenset({"read_file", "ls", "glob", "grep", "ask_clarification"})
+"""The built-ins that change nothing, so running one again is harmless (declared idempotent)."""
+
 _TOOLS: dict[str, BaseTool] = {
-    tool.name: tool for tool in (READ_FILE, WRITE_FILE, STR_REPLACE, LS, GLOB, GREP, BASH, ASK_CLARIFICATION)
+    tool.name: declare_idempotent(tool, tool.name in READ_ONLY_TOOL_NAMES)
+    for tool in (READ_FILE, WRITE_FILE, STR_REPLACE, LS, GLOB, GREP, BASH, ASK_CLARIFICATION)
 }
 
 WORKSPACE_TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
@@ -42,3 +50,6 @@ def build_tools(bash_enabled: bool, names: list[str] | None = None) -> list[Base
     return [
         tool for name, tool in _TOOLS.items() if name in wanted and (bash_enabled or name != "bash")
     ]
+
+
+__all__ = ["READ_ONLY_TOOL_NAMES", "WORKSPACE_TOOL_NAMES", "build_tools", "is_idempotent"]
