@@ -36,9 +36,12 @@ CONNECTIONS_GRACE_S = 5
 
 
 class GatewayServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI, *, force_exit: bool = False) -> None:
+        """``force_exit``: this server is the process (``keel serve``), so a stop signal also arms
+        the hard exit; a server embedded in another program (a test) never ends its host."""
         super().__init__(config)
         self._app = app
+        self._force_exit = force_exit
         self._loop: asyncio.AbstractEventLoop | None = None  # set once serving
         self._drains: list[asyncio.Task[None]] = []
 
@@ -62,11 +65,15 @@ class GatewayServer(uvicorn.Server):
     def _on_signal(self) -> None:
         gateway: Gateway = self._app.state.gateway
         if not self._drains:
-            arm_force_exit(gateway.settings.drain_s + CONNECTIONS_GRACE_S + FORCE_EXIT_S)
+            self._arm(gateway.settings.drain_s + CONNECTIONS_GRACE_S + FORCE_EXIT_S)
             self._drains.append(asyncio.ensure_future(self._drain_then_exit(gateway)))
         else:  # a second signal: interrupt the runs now instead of waiting out drain_s
-            arm_force_exit(FORCE_EXIT_S)
+            self._arm(FORCE_EXIT_S)
             self._drains.append(asyncio.ensure_future(gateway.drain(0)))
+
+    def _arm(self, after_s: float) -> None:
+        if self._force_exit:
+            arm_force_exit(after_s)
 
     async def _drain_then_exit(self, gateway: Gateway) -> None:
         try:
@@ -89,6 +96,7 @@ def serve_gateway(
             timeout_graceful_shutdown=CONNECTIONS_GRACE_S,
         ),
         app,
+        force_exit=True,
     )
     server.run()
     return 0 if server.started else 1
