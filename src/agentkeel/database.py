@@ -41,6 +41,8 @@ class DatabasePool(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # At least 2: LangGraph's checkpointer serialises its calls and may hold its one connection
+    # while its caller reads the other stores, so a second keeps everything else moving.
     size: Annotated[int, Field(ge=2, le=1000)] = 10
     # libpq counts whole seconds and treats anything under 2 as 2.
     connect_timeout_s: Annotated[int, Field(ge=2)] = 5
