@@ -141,6 +141,19 @@ async def test_a_backend_terminated_while_idle_is_replaced(pg_url: str) -> None:
 
 
 @pytest.mark.postgres
+async def test_checkouts_leave_no_prepared_statements_behind(pg_url: str) -> None:
+    async with _connections(pg_url, _app(), size=2) as connections:
+        assert connections.pool is not None and connections.sql is not None
+        for _ in range(300):
+            async with connections.pool.connection():
+                pass
+            await connections.sql.transaction(lambda c: c.scalar(text("SELECT 1")))
+        async with connections.pool.connection() as conn:
+            found = await (await conn.execute("SELECT count(*) FROM pg_prepared_statements")).fetchone()
+        assert found is not None and found[0] < 10, found
+
+
+@pytest.mark.postgres
 async def test_a_stuck_statement_is_cancelled_by_the_statement_timeout(pg_url: str) -> None:
     async with _connections(pg_url, _app(), size=2, statement_timeout_s=0.2) as connections:
         assert connections.sql is not None and connections.pool is not None

@@ -89,6 +89,13 @@ def postgres_conninfo(url: str, pool: DatabasePool) -> str:
     return make_conninfo("", **params)
 
 
+async def _alive(conn: AsyncConnection[Any]) -> None:
+    """The pool's ``check``: one round trip before a connection is handed out (pooled connections
+    are in autocommit). Never prepared: under ``prepare_threshold=0`` psycopg would prepare the
+    empty query anew on every check and leave one server-side statement behind per checkout."""
+    await conn.execute("", prepare=False)
+
+
 async def _autocommit(conn: AsyncConnection[Any]) -> None:
     """The pool's ``reset``: a connection returned by the stores' engine goes back to autocommit."""
     if not conn.autocommit:
@@ -153,7 +160,7 @@ def _postgres_pool(conninfo: str, settings: DatabasePool) -> Pool:
         min_size=1,
         max_size=settings.size,
         timeout=settings.acquire_timeout_s,
-        check=AsyncConnectionPool.check_connection,
+        check=_alive,
         reset=_autocommit,
         close_returns=True,
         name=APPLICATION_NAME,
