@@ -19,6 +19,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 
+from agentkeel.database import Database
 from agentkeel.harness.state import CheckpointMode, messages_state_schema
 from agentkeel.runtime.checkpoints import (
     StateAccessor,
@@ -26,6 +27,7 @@ from agentkeel.runtime.checkpoints import (
     mark_checkpoint_mode,
     open_checkpointer,
 )
+from agentkeel.runtime.connections import open_connections
 
 THREAD = "bench"
 _STORED_BYTES_SQL = """
@@ -52,7 +54,10 @@ async def ameasure_checkpoint_bytes(
         return {"messages": [AIMessage(_text("assistant", step, message_chars), id=f"a{step}")]}
 
     with tempfile.TemporaryDirectory() as tmp:
-        async with open_checkpointer(f"sqlite:///{Path(tmp) / 'bench.db'}") as saver:
+        async with (
+            open_connections(Database.parse(f"sqlite:///{Path(tmp) / 'bench.db'}")) as connections,
+            open_checkpointer(connections) as saver,
+        ):
             builder: StateGraph[Any] = StateGraph(messages_state_schema(mode))
             builder.add_node("reply", reply)
             builder.add_edge(START, "reply")

@@ -50,11 +50,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentkeel.config import KeelConfig, Limits, ModelConfig
+from agentkeel.database import Database
 from agentkeel.harness.agents import Harness
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.state import CheckpointMode
 from agentkeel.runtime.bridge import open_bridge
 from agentkeel.runtime.checkpoints import open_checkpointer
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import RunStatus
@@ -278,7 +280,10 @@ async def arun_bare(
         async with contextlib.AsyncExitStack() as stack:
             saver: BaseCheckpointSaver
             if checkpointer == "sqlite":
-                saver = await stack.enter_async_context(open_checkpointer(f"sqlite:///{directory / 'bare.db'}"))
+                connections = await stack.enter_async_context(
+                    open_connections(Database.parse(f"sqlite:///{directory / 'bare.db'}"))
+                )
+                saver = await stack.enter_async_context(open_checkpointer(connections))
             elif checkpointer == "memory":
                 saver = InMemorySaver()
             else:

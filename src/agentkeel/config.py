@@ -12,8 +12,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+)
 
+from agentkeel.database import Database, DatabasePool, DatabaseUrl, as_database_url
 from agentkeel.limits import Limits
 
 BUNDLED_SCRIPTS = Path(__file__).parent / "harness" / "scripts"
@@ -65,9 +74,13 @@ class GatewayConfig(_Strict):
     wait_keepalive_s: Annotated[float, Field(gt=0)] = 5.0  # whitespace keep-alive interval of /wait and /join
 
 
+DatabaseUrlField = Annotated[DatabaseUrl, PlainValidator(as_database_url), PlainSerializer(str)]
+
+
 class KeelConfig(_Strict):
     data_dir: str = "./.agentkeel"
-    database: str | None = None  # default: sqlite:///<data_dir>/keel.db
+    database: DatabaseUrlField | None = None  # parsed here, once; default: sqlite:///<data_dir>/keel.db
+    database_pool: DatabasePool = Field(default_factory=DatabasePool)
     stream: str = "memory"  # or redis://host:port/db
     stream_prefix: str = "agentkeel"  # Redis key namespace, so deployments can share one Redis
     checkpoint_mode: Literal["full", "delta"] = "full"
@@ -82,6 +95,8 @@ class KeelConfig(_Strict):
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
 
     def model_post_init(self, _ctx: Any) -> None:
+        if self.database is not None:
+            self.database = self.database.resolved(self.base_dir)
         if not self.models:
             self.models = [ModelConfig(name="demo", use="scripted", script=str(BUNDLED_SCRIPTS / "demo.yaml"))]
         names = [m.name for m in self.models]
@@ -109,8 +124,13 @@ class KeelConfig(_Strict):
         return self.resolve_path(self.data_dir)
 
     @property
-    def database_url(self) -> str:
-        return self.database or f"sqlite:///{self.data_path / 'keel.db'}"
+    def database_url(self) -> DatabaseUrl:
+        return self.database or DatabaseUrl("sqlite", str(self.data_path / "keel.db"))
+
+    @property
+    def db(self) -> Database:
+        """What the connection layer opens: the database URL and the pool settings."""
+        return Database(self.database_url, self.database_pool)
 
     def model(self, name: str) -> ModelConfig:
         for model in self.models:

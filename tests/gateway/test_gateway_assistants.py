@@ -15,8 +15,9 @@ from test_gateway_threads_support import (  # noqa: F401
     keel_factory,
 )
 
-from agentkeel.runtime.assistants import resolve_assistant, system_assistant_id
+from agentkeel.runtime.assistants import resolve_assistant
 from agentkeel.runtime.requests import RequestError
+from agentkeel.runtime.stores.assistants import system_assistant_id
 
 SYSTEM_NS = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 CONFIGURED = ["lead", "echo", "hitl", "recall", "nested"]

@@ -18,8 +18,8 @@ from test_gateway_runs_support import (  # noqa: F401
 )
 
 from agentkeel.gateway.app import create_app
-from agentkeel.runtime.assistants import system_assistant_id
 from agentkeel.runtime.runtime import Runtime, open_runtime
+from agentkeel.runtime.stores.assistants import system_assistant_id
 
 ECHO = {"assistant_id": "echo", "input": {"steps": 2}}
 

@@ -142,13 +142,10 @@ def test_keel_serve_prints_url_drains_on_sigterm_and_exits_0(tmp_path: Path) -> 
 
 
 async def _assert_interrupted(config, run_id: str) -> None:
+    from agentkeel.runtime.connections import open_connections
     from agentkeel.runtime.stores.factory import open_stores
 
-    store, journal = await open_stores(config.database_url)
-    try:
-        record = await store.get(run_id)
+    async with open_connections(config.db) as connections:
+        record = await (await open_stores(connections)).runs.get(run_id)
         assert record is not None and record.status is RunStatus.interrupted
         assert record.stop_reason == "cancelled"
-    finally:
-        await journal.close()
-        await store.close()

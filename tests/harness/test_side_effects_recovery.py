@@ -18,10 +18,12 @@ from guard_kit import GuardHarness, assert_provider_valid, script
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, tool
 
+from agentkeel.database import Database
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.side_effect_ledger import TOOL_INTENT
 from agentkeel.harness.tools.idempotency import declare_idempotent
 from agentkeel.limits import Limits
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.side_effects import recovered_notes, unfinished_calls
@@ -36,9 +38,8 @@ class WorkerLost(BaseException):
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[JournalStore]:
-    run_store, journal_store = await open_stores(f"sqlite:///{tmp_path / 'keel.db'}")
-    yield journal_store
-    await run_store.close()
+    async with open_connections(Database.parse(f"sqlite:///{tmp_path / 'keel.db'}")) as connections:
+        yield (await open_stores(connections)).journal
 
 
 def appender(log: Path, crashing: list[bool], idempotent: bool) -> BaseTool:

@@ -18,7 +18,8 @@ def test_defaults_without_a_file_use_the_bundled_scripted_model(tmp_path: Path) 
     assert [m.name for m in config.models] == ["demo"]
     assert config.models[0].use == "scripted" and Path(config.models[0].script).is_file()
     assert [a.assistant_id for a in config.assistants] == ["lead"]
-    assert config.database_url.startswith("sqlite:///") and config.database_url.endswith("keel.db")
+    assert config.database_url.backend == "sqlite" and config.database_url.target.endswith("keel.db")
+    assert config.db.pool.size == 10
     assert config.stream == "memory" and config.checkpoint_mode == "full"
 
 
@@ -52,9 +53,11 @@ def test_environment_overrides_the_file_and_paths_resolve_against_it(tmp_path: P
         "AGENTKEEL_REDIS_URL": "redis://127.0.0.1:6379/3",
     }
     config = load_config(None, env=env)
-    assert config.database_url == "postgresql://u@127.0.0.1:5432/db"
+    assert str(config.database_url) == "postgresql://u@127.0.0.1:5432/db"
     assert config.stream == "redis://127.0.0.1:6379/3"
     assert config.data_path == (tmp_path / "data").resolve()
+    del env["AGENTKEEL_DATABASE_URL"]
+    assert load_config(None, env=env).database_url.target == str(tmp_path / "x.db")
 
 
 def test_lead_uses_the_first_model_and_graph_names_must_not_clash(tmp_path: Path) -> None:

@@ -25,11 +25,14 @@ from typing import Any, cast
 import pytest
 import yaml
 from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import StateSnapshot
 
 from agentkeel.config import KeelConfig
+from agentkeel.database import Database
 from agentkeel.runtime.bridge import StreamEvent
-from agentkeel.runtime.checkpoints import StateAccessor
+from agentkeel.runtime.checkpoints import StateAccessor, open_checkpointer
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.observe import observe
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.requests import RunRequest
@@ -78,6 +81,13 @@ LIGHT_MATRIX = [_param("memory", "memory"), _param("sqlite", "memory")]
 def backend_matrix(matrix: list[Any]) -> pytest.MarkDecorator:
     """``@backend_matrix(FULL_MATRIX)``: run the test (or module) on each of those backends."""
     return pytest.mark.parametrize("keel_backend", matrix, indirect=True)
+
+
+@contextlib.asynccontextmanager
+async def checkpointer_on(url: str) -> AsyncIterator[BaseCheckpointSaver]:
+    """A ready checkpointer on ``url``, without the rest of a runtime."""
+    async with open_connections(Database.parse(url)) as connections, open_checkpointer(connections) as saver:
+        yield saver
 
 
 # -- scripts and configs ----------------------------------------------------------------------

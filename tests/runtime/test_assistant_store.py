@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from agentkeel.runtime.assistants import (
+from agentkeel.database import Database
+from agentkeel.runtime.assistants import assistant_key, ensure_system_assistants
+from agentkeel.runtime.connections import open_connections
+from agentkeel.runtime.stores.assistants import (
     Assistant,
     AssistantExists,
     AssistantPatch,
     AssistantQuery,
     AssistantStore,
-    assistant_key,
-    ensure_system_assistants,
     system_assistant_id,
 )
-from agentkeel.runtime.stores.factory import open_assistant_store
+from agentkeel.runtime.stores.factory import open_stores
 
 A1 = "00000000-0000-4000-8000-000000000001"
 A2 = "00000000-0000-4000-8000-000000000002"
@@ -34,9 +35,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         url = f"sqlite:///{tmp_path}/keel.db"
     else:
         url = str(request.getfixturevalue("fresh_pg_url"))
-    opened = await open_assistant_store(url)
-    yield opened
-    await opened.close()
+    async with open_connections(Database.parse(url)) as connections:
+        yield (await open_stores(connections)).assistants
 
 
 def make(assistant_id: str, graph_id: str = "echo", **fields: object) -> Assistant:

@@ -20,6 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
 from langgraph.types import Command, interrupt
+from runtime_support import checkpointer_on
 
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.runtime.checkpoints import (
@@ -31,7 +32,6 @@ from agentkeel.runtime.checkpoints import (
     capture_rollback_point,
     checkpoint_config,
     mark_checkpoint_mode,
-    open_checkpointer,
     restore_rollback_point,
 )
 
@@ -47,7 +47,7 @@ async def saver(
         "sqlite": lambda: f"sqlite:///{tmp_path / 'keel.db'}",
         "postgres": lambda: request.getfixturevalue("pg_url"),
     }[request.param]()
-    async with open_checkpointer(url) as opened:
+    async with checkpointer_on(url) as opened:
         yield opened
 
 
@@ -196,7 +196,7 @@ async def test_restoring_an_empty_thread_point_deletes_the_thread(
 
 
 async def test_no_point_means_no_rollback() -> None:
-    async with open_checkpointer("memory://") as saver:
+    async with checkpointer_on("memory://") as saver:
         graph, accessor = _agent("delta", saver, [AIMessage("hello")])
         thread = uuid.uuid4().hex
         await _turn(graph, "delta", thread, "hi")
@@ -219,7 +219,7 @@ async def test_failed_capture_raises_rollback_unavailable() -> None:
 
 
 async def test_vanished_pre_run_checkpoint_is_refused() -> None:
-    async with open_checkpointer("memory://") as saver:
+    async with checkpointer_on("memory://") as saver:
         graph, accessor = _agent("delta", saver, [AIMessage("a"), AIMessage("b")])
         thread = uuid.uuid4().hex
         await _turn(graph, "delta", thread, "one")
@@ -234,7 +234,7 @@ async def test_vanished_pre_run_checkpoint_is_refused() -> None:
 
 
 async def test_capture_on_a_thread_of_the_other_mode_is_a_mode_error() -> None:
-    async with open_checkpointer("memory://") as saver:
+    async with checkpointer_on("memory://") as saver:
         graph, _ = _agent("delta", saver, [AIMessage("a")])
         thread = uuid.uuid4().hex
         await _turn(graph, "delta", thread, "one")
@@ -255,7 +255,7 @@ async def test_user_graph_without_messages_rolls_back(mode: CheckpointMode) -> N
     builder.add_node("inc", lambda s: {"count": 1, "note": f"after {s['count']}"})
     builder.add_edge(START, "inc")
     builder.add_edge("inc", END)
-    async with open_checkpointer("memory://") as saver:
+    async with checkpointer_on("memory://") as saver:
         graph = builder.compile(checkpointer=saver)
         accessor = StateAccessor(graph, saver, mode=mode)
         await _turn(graph, mode, "t", {"count": 10})
@@ -267,7 +267,7 @@ async def test_user_graph_without_messages_rolls_back(mode: CheckpointMode) -> N
 
 
 async def test_graph_without_state_schema_cannot_capture() -> None:
-    async with open_checkpointer("memory://") as saver:
+    async with checkpointer_on("memory://") as saver:
         node = NodeBuilder().subscribe_only("a").do(lambda x: x + "!").write_to("b")
         graph = Pregel(
             nodes={"n": node},

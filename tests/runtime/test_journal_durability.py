@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from test_journal_writer import FlakyStore, settle
 
+from agentkeel.database import Database
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.journal import Journal, JournalWriteError
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.factory import open_stores
@@ -26,17 +28,20 @@ from agentkeel.runtime.stores.memory import MemoryJournalStore
 CHILD = textwrap.dedent(
     """
     import asyncio, sys, time
+    from agentkeel.database import Database
+    from agentkeel.runtime.connections import open_connections
     from agentkeel.runtime.journal import Journal
     from agentkeel.runtime.stores.factory import open_stores
 
     async def main(url: str, flush_ms: int, every_s: float) -> None:
-        _, store = await open_stores(url)
-        journal = await Journal.open(store, "r1", "t1", flush_ms=flush_ms)
-        print("ready", flush=True)
-        while True:  # one event every ``every_s`` until killed; print when each was recorded
-            seq = journal.record("tick", {"at": time.monotonic()})
-            print(seq, time.monotonic(), flush=True)
-            await asyncio.sleep(every_s)
+        async with open_connections(Database.parse(url)) as connections:
+            store = (await open_stores(connections)).journal
+            journal = await Journal.open(store, "r1", "t1", flush_ms=flush_ms)
+            print("ready", flush=True)
+            while True:  # one event every ``every_s`` until killed; print when each was recorded
+                seq = journal.record("tick", {"at": time.monotonic()})
+                print(seq, time.monotonic(), flush=True)
+                await asyncio.sleep(every_s)
 
     asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
     """
@@ -67,11 +72,8 @@ def _crash_after(db: Path, flush_ms: int, every_s: float, run_s: float) -> tuple
 
 
 async def _stored_seqs(db: Path) -> set[int]:
-    run_store, journal_store = await open_stores(f"sqlite:///{db}")
-    try:
-        return {e.seq for e in await journal_store.list("r1")}
-    finally:
-        await run_store.close()
+    async with open_connections(Database.parse(f"sqlite:///{db}")) as connections:
+        return {e.seq for e in await (await open_stores(connections)).journal.list("r1")}
 
 
 async def test_kill_9_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:

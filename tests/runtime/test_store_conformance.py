@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from agentkeel.database import Database
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import (
     Completion,
     ConflictError,
@@ -41,10 +43,9 @@ def _url(request: pytest.FixtureRequest, tmp_path: Path, *, empty: bool) -> str:
 
 
 async def _open(url: str) -> AsyncIterator[Stores]:
-    run_store, journal = await open_stores(url)
-    yield run_store, journal
-    await run_store.close()
-    await journal.close()
+    async with open_connections(Database.parse(url)) as connections:
+        run_store, journal, _ = await open_stores(connections)
+        yield run_store, journal
 
 
 @pytest.fixture(params=BACKENDS)

@@ -23,9 +23,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agentkeel.database import Database
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import ConflictError, MultitaskStrategy, RunRecord, new_run_id
 from agentkeel.runtime.stores.factory import open_stores
-from agentkeel.runtime.stores.sql_engine import SqlDatabase
 
 PROCESSES = 2
 PER_PROCESS = 25
@@ -42,8 +43,8 @@ def _tally(results: list[Any]) -> dict[str, Any]:
 
 
 async def _burst(url: str, threads: dict[str, str], ready: Path, barrier: Path) -> dict[str, Any]:
-    run_store, journal = await open_stores(url)
-    try:
+    async with open_connections(Database.parse(url)) as connections:
+        run_store = (await open_stores(connections)).runs
         await asyncio.gather(*(run_store.get("warm-up") for _ in range(PER_PROCESS)))
         ready.touch()
         while not barrier.exists():
@@ -56,9 +57,6 @@ async def _burst(url: str, threads: dict[str, str], ready: Path, barrier: Path) 
         results = await asyncio.gather(
             *(run_store.admit(r) for r in records), return_exceptions=True
         )
-    finally:
-        await run_store.close()
-        await journal.close()
     return {
         s.value: _tally(results[i * PER_PROCESS : (i + 1) * PER_PROCESS])
         for i, s in enumerate(STRATEGIES)
@@ -105,8 +103,6 @@ async def race(url: str, threads: dict[str, str], workdir: Path) -> list[dict[st
 
 
 async def rows(url: str, thread_id: str) -> list[tuple[str, int]]:
-    db = SqlDatabase(url)
-
     async def work(conn: AsyncConnection) -> list[tuple[str, int]]:
         result = await conn.execute(
             text("SELECT status, queue_seq FROM runs WHERE thread_id = :t ORDER BY queue_seq"),
@@ -114,10 +110,9 @@ async def rows(url: str, thread_id: str) -> list[tuple[str, int]]:
         )
         return [(status, seq) for status, seq in result]
 
-    try:
-        return await db.transaction(work)
-    finally:
-        await db.close()
+    async with open_connections(Database.parse(url)) as connections:
+        assert connections.sql is not None
+        return await connections.sql.transaction(work)
 
 
 async def test_admission_races_between_two_processes(shared_url: str, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -15,12 +16,14 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agentkeel.database import Database
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import MultitaskStrategy, RunRecord, new_run_id
 from agentkeel.runtime.stores import sql_engine
 from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.stores.memory import MemoryRunStore
 from agentkeel.runtime.stores.sql import SqlRunStore
-from agentkeel.runtime.stores.sql_engine import SqlDatabase, async_url
+from agentkeel.runtime.stores.sql_engine import SqlDatabase
 from agentkeel.runtime.stores.sql_schema import metadata
 
 
@@ -32,12 +35,19 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("fresh_pg_url"))
 
 
+@contextlib.asynccontextmanager
+async def sql_database(url: str) -> AsyncIterator[SqlDatabase]:
+    """The stores' database on a connection layer of its own (as another process would have)."""
+    async with open_connections(Database.parse(url)) as connections:
+        assert connections.sql is not None
+        yield connections.sql
+
+
 @pytest.fixture
 async def db(sql_url: str) -> AsyncIterator[SqlDatabase]:
-    database = SqlDatabase(sql_url)
-    await database.setup()
-    yield database
-    await database.close()
+    async with sql_database(sql_url) as database:
+        await database.setup()
+        yield database
 
 
 async def scalar(db: SqlDatabase, sql: str, **params: object) -> object:
@@ -69,26 +79,21 @@ async def test_fresh_database_gets_the_schema_of_sql_schema(db: SqlDatabase) -> 
     }
 
 
-async def test_setup_twice_is_a_no_op_and_keeps_data(db: SqlDatabase) -> None:
+async def test_setup_twice_is_a_no_op_and_keeps_data(db: SqlDatabase, sql_url: str) -> None:
     store = SqlRunStore(db)
     await store.upsert_thread("kept", {"k": 1})
     await db.setup()
-    again = SqlDatabase(str(db.engine.url.render_as_string(hide_password=False)))
-    try:
+    async with sql_database(sql_url) as again:
         await again.setup()
         assert (await SqlRunStore(again).get_thread("kept")) == await store.get_thread("kept")
-    finally:
-        await again.close()
     assert await scalar(db, "SELECT count(*) FROM alembic_version") == 1
 
 
 async def test_concurrent_setup_of_one_database(sql_url: str) -> None:
-    databases = [SqlDatabase(sql_url) for _ in range(4)]
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        databases = [await stack.enter_async_context(sql_database(sql_url)) for _ in range(4)]
         await asyncio.gather(*(d.setup() for d in databases))
         assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0003"
-    finally:
-        await asyncio.gather(*(d.close() for d in databases))
 
 
 # -- invariants the database enforces ------------------------------------------------------------
@@ -145,9 +150,8 @@ def _try_write_lock(path: Path) -> bool:
 
 async def test_sqlite_writes_begin_immediate_and_reads_do_not(tmp_path: Path) -> None:
     path = tmp_path / "keel.db"
-    db = SqlDatabase(f"sqlite:///{path}")
-    await db.setup()
-    try:
+    async with sql_database(f"sqlite:///{path}") as db:
+        await db.setup()
 
         async def probe(conn: AsyncConnection) -> bool:
             await conn.execute(text("SELECT 1"))  # a transaction that has only read so far
@@ -157,8 +161,6 @@ async def test_sqlite_writes_begin_immediate_and_reads_do_not(tmp_path: Path) ->
         assert await db.transaction(probe, read_only=True) is True
         assert await scalar(db, "PRAGMA journal_mode") == "wal"
         assert await scalar(db, "PRAGMA foreign_keys") == 1
-    finally:
-        await db.close()
 
 
 def _hold_write_lock(path: Path, seconds: float, held: threading.Event) -> None:
@@ -177,44 +179,28 @@ async def test_sqlite_busy_is_retried_with_a_bound(
     monkeypatch.setattr(sql_engine, "SQLITE_BUSY_TIMEOUT_MS", 20)
     monkeypatch.setattr(sql_engine, "BUSY_BACKOFF_S", (0.02, 0.1))
     path = tmp_path / "keel.db"
-    db = SqlDatabase(f"sqlite:///{path}")
-    await db.setup()
-    held = threading.Event()
-    holder = threading.Thread(target=_hold_write_lock, args=(path, hold_s, held))
-    holder.start()
-    try:
-        await asyncio.to_thread(held.wait)
-        store = SqlRunStore(db)
-        if succeeds:
-            assert (await store.upsert_thread("t")).thread_id == "t"
-        else:
-            with pytest.raises(OperationalError, match="locked"):
-                await store.upsert_thread("t")
-    finally:
-        await asyncio.to_thread(holder.join)
-        await db.close()
-
-
-# -- URLs ---------------------------------------------------------------------------------------
-def test_database_urls_map_to_the_async_drivers() -> None:
-    assert async_url("sqlite:///a/b.db").render_as_string() == "sqlite+aiosqlite:///a/b.db"
-    assert (
-        async_url("postgresql://u@h:5432/db").render_as_string()
-        == "postgresql+psycopg://u@h:5432/db"
-    )
-    for bad in ("sqlite://", "sqlite:///:memory:", "mysql://u@h/db"):
-        with pytest.raises(ValueError):
-            async_url(bad)
+    async with sql_database(f"sqlite:///{path}") as db:
+        await db.setup()
+        held = threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, hold_s, held))
+        holder.start()
+        try:
+            await asyncio.to_thread(held.wait)
+            store = SqlRunStore(db)
+            if succeeds:
+                assert (await store.upsert_thread("t")).thread_id == "t"
+            else:
+                with pytest.raises(OperationalError, match="locked"):
+                    await store.upsert_thread("t")
+        finally:
+            await asyncio.to_thread(holder.join)
 
 
 async def test_open_stores_creates_the_sqlite_directory(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "keel.db"
-    run_store, journal = await open_stores(f"sqlite:///{path}")
-    try:
+    async with open_connections(Database.parse(f"sqlite:///{path}")) as connections:
+        run_store = (await open_stores(connections)).runs
         assert path.exists()
         assert await run_store.list_threads() == []
-    finally:
-        await run_store.close()
-        await journal.close()
-    memory_store, _ = await open_stores("memory://")
-    assert isinstance(memory_store, MemoryRunStore)
+    async with open_connections(Database.parse("memory://")) as connections:
+        assert isinstance((await open_stores(connections)).runs, MemoryRunStore)

@@ -2,8 +2,9 @@
 
 LangGraph's own implementations, not ours: graphs written for the official server call
 ``runtime.store`` / ``get_store()`` and must find the same semantics (namespaces, filters, TTL)
-here. The store shares the runtime's database URL; its tables (``store``, ``store_migrations``)
-live beside the checkpointer's and the run stores'.
+here. The store shares the runtime's database; its tables (``store``, ``store_migrations``) live
+beside the checkpointer's and the run stores'. On PostgreSQL it uses the one pool of
+``runtime/connections.py``; on SQLite it keeps its own aiosqlite connection.
 
 TTL: the SQLite and PostgreSQL stores are opened with a TTL configuration (reads refresh an item's
 TTL by default, expired items are swept every ``SWEEP_INTERVAL_MINUTES``); items without a TTL never
@@ -19,27 +20,27 @@ from typing import Any
 from langgraph.store.base import BaseStore, TTLConfig
 from langgraph.store.memory import InMemoryStore
 
-from agentkeel.runtime.langgraph_db import parse_database_url, postgres_pool, sqlite_connection
+from agentkeel.runtime.connections import Connections, sqlite_connection
 
 SWEEP_INTERVAL_MINUTES = 5
 TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_INTERVAL_MINUTES}
 
 
 @asynccontextmanager
-async def open_kv_store(database_url: str) -> AsyncIterator[BaseStore]:
-    """Yield a ready (``setup()`` done) store for ``database_url``; close it on exit.
+async def open_kv_store(connections: Connections) -> AsyncIterator[BaseStore]:
+    """Yield a ready (``setup()`` done) store for ``connections``' database; close it on exit.
 
-    ``memory://`` → ``InMemoryStore``; ``sqlite:///path`` → ``AsyncSqliteStore``;
-    ``postgresql://`` → ``AsyncPostgresStore`` on a connection pool.
+    ``memory://`` → ``InMemoryStore``; SQLite → ``AsyncSqliteStore``; PostgreSQL →
+    ``AsyncPostgresStore`` on the shared pool.
     """
-    backend, target = parse_database_url(database_url, "store")
+    backend = connections.database.url.backend
     if backend == "memory":
         yield InMemoryStore()
     elif backend == "sqlite":
-        async with _open_sqlite(target) as store:
+        async with _open_sqlite(connections) as store:
             yield store
     else:
-        async with _open_postgres(target) as store:
+        async with _open_postgres(connections) as store:
             yield store
 
 
@@ -61,10 +62,10 @@ async def _sweeping(store: Any) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def _open_sqlite(path: str) -> AsyncIterator[BaseStore]:
+async def _open_sqlite(connections: Connections) -> AsyncIterator[BaseStore]:
     from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-    async with sqlite_connection(path, isolation_level=None) as conn:
+    async with sqlite_connection(connections, isolation_level=None) as conn:
         store = AsyncSqliteStore(conn, ttl=TTL)
         # The class implements TTLs (expiry on write, sweeping) but inherits BaseStore's
         # ``supports_ttl = False`` ahead of its SQLite base's True, so ``aput(ttl=...)`` would refuse.
@@ -75,14 +76,15 @@ async def _open_sqlite(path: str) -> AsyncIterator[BaseStore]:
 
 
 @asynccontextmanager
-async def _open_postgres(url: str) -> AsyncIterator[BaseStore]:
+async def _open_postgres(connections: Connections) -> AsyncIterator[BaseStore]:
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
-    async with postgres_pool(url) as pool:
-        store = AsyncPostgresStore(pool, ttl=TTL)
-        await store.setup()
-        async with _sweeping(store):
-            yield store
+    assert connections.pool is not None
+    async with connections.unbounded() as conn:
+        await AsyncPostgresStore(conn).setup()
+    store = AsyncPostgresStore(connections.pool, ttl=TTL)
+    async with _sweeping(store):
+        yield store
 
 
 __all__ = ["open_kv_store"]

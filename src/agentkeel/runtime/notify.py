@@ -17,6 +17,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentkeel.runtime.connections import Connections
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +112,7 @@ class PgNotifier(Notifier):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, connect_timeout=10,
-                    keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
-                    application_name="agentkeel-listen",
+                    self._conninfo, autocommit=True, application_name="agentkeel-listen"
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._connected.set()
@@ -127,13 +129,16 @@ class PgNotifier(Notifier):
             delay = min(delay * 2, cap)
 
 
-def open_notifier(database_url: str, store: object) -> Notifier:
-    """PostgreSQL's LISTEN/NOTIFY when the run store is on PostgreSQL, else in-process."""
-    from agentkeel.runtime.langgraph_db import parse_database_url
+def open_notifier(connections: Connections, store: object) -> Notifier:
+    """PostgreSQL's LISTEN/NOTIFY when the run store is on PostgreSQL, else in-process.
+
+    The listening connection is opened from the connection layer's ``conninfo``: the URL's
+    parameters and the ``database_pool`` timeouts and keepalives, outside the pool.
+    """
     from agentkeel.runtime.stores.sql import SqlRunStore
 
-    if isinstance(store, SqlRunStore) and store.dialect == "postgresql":
-        return PgNotifier(parse_database_url(database_url, "notification")[1], store.pg_notify)
+    if isinstance(store, SqlRunStore) and connections.pool is not None:
+        return PgNotifier(connections.conninfo, store.pg_notify)
     return LocalNotifier()
 
 

@@ -1,9 +1,9 @@
 """Composing the control plane from a configuration, and tearing it down in the right order.
 
-One ``Runtime`` per process: stores, stream bridge, checkpointer, LangGraph key-value store,
-assistants, harness and the run manager. Closing drains runs first (they still need the
-checkpointer and stores to finalize honestly), then closes the key-value store, the checkpointer,
-the bridge and the stores.
+One ``Runtime`` per process: the connection layer, stores, stream bridge, checkpointer, LangGraph
+key-value store, assistants, harness and the run manager. Closing drains runs first (they still
+need the checkpointer and stores to finalize honestly), then closes the key-value store, the
+checkpointer, the bridge and, last, the connections they all shared.
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
-from agentkeel.runtime.assistants import AssistantStore, ensure_system_assistants
+from agentkeel.runtime.assistants import ensure_system_assistants
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
+from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import Executes, RunManager
 from agentkeel.runtime.notify import open_notifier
+from agentkeel.runtime.stores.assistants import AssistantStore
 from agentkeel.runtime.stores.base import JournalStore, RunStore
-from agentkeel.runtime.stores.factory import open_assistant_store, open_stores
+from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.worker import CompletionHook, WorkerDeps
 
 
@@ -82,38 +84,34 @@ async def open_runtime(
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
     config.data_path.mkdir(parents=True, exist_ok=True)
     limits = config.limits
-    store, journal = await open_stores(config.database_url)
-    bridge = open_bridge(
-        config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
-        heartbeat_s=limits.stream_heartbeat_s, prefix=config.stream_prefix,
-    )
-    assistants: AssistantStore | None = None
-    try:
-        assistants = await open_assistant_store(config.database_url)
-        await ensure_system_assistants(assistants, harness.assistant_ids)
-        async with (
-            open_checkpointer(config.database_url) as checkpointer,
-            open_kv_store(config.database_url) as kv_store,
-        ):
-            deps = WorkerDeps(
-                store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
-                harness=harness, config=config, owner=worker_id(),
-                checkpoint_mode=config.checkpoint_mode, completion_hooks=list(completion_hooks or []),
-                kv_store=kv_store,
-            )
-            manager = RunManager(
-                deps, harness, limits, open_notifier(config.database_url, store), executes=executes
-            )
-            try:
-                await manager.start()
-                yield Runtime(
-                    config, store, journal, bridge, checkpointer, harness, manager, assistants, kv_store
+    async with open_connections(config.db) as connections:
+        store, journal, assistants = await open_stores(connections)
+        bridge = open_bridge(
+            config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
+            heartbeat_s=limits.stream_heartbeat_s, prefix=config.stream_prefix,
+        )
+        try:
+            await ensure_system_assistants(assistants, harness.assistant_ids)
+            async with (
+                open_checkpointer(connections) as checkpointer,
+                open_kv_store(connections) as kv_store,
+            ):
+                deps = WorkerDeps(
+                    store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
+                    harness=harness, config=config, owner=worker_id(),
+                    checkpoint_mode=config.checkpoint_mode,
+                    completion_hooks=list(completion_hooks or []), kv_store=kv_store,
                 )
-            finally:
-                await manager.shutdown(drain_s)
-    finally:
-        await bridge.close()
-        await journal.close()
-        await store.close()
-        if assistants is not None:
-            await assistants.close()
+                manager = RunManager(
+                    deps, harness, limits, open_notifier(connections, store), executes=executes
+                )
+                try:
+                    await manager.start()
+                    yield Runtime(
+                        config, store, journal, bridge, checkpointer, harness, manager, assistants,
+                        kv_store,
+                    )
+                finally:
+                    await manager.shutdown(drain_s)
+        finally:
+            await bridge.close()

@@ -20,15 +20,15 @@ from agentkeel.gateway.graph_schemas import (
     subgraph_schemas,
 )
 from agentkeel.gateway.runtime_dep import RuntimeDep
-from agentkeel.runtime.assistants import (
+from agentkeel.runtime.assistants import assistant_key
+from agentkeel.runtime.records import ConflictError
+from agentkeel.runtime.runtime import Runtime
+from agentkeel.runtime.stores.assistants import (
     Assistant,
     AssistantExists,
     AssistantPatch,
     AssistantQuery,
-    assistant_key,
 )
-from agentkeel.runtime.records import ConflictError
-from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.threads import delete_thread, list_all_threads
 
 router = APIRouter()

@@ -3,7 +3,7 @@
 How the worker uses it, in order:
 
 1. at start-up: ``freeze_checkpoint_mode(config.checkpoint_mode)``, then
-   ``async with open_checkpointer(config.database_url) as saver``;
+   ``async with open_checkpointer(connections) as saver`` on the connection layer;
 2. per run: build the graph with ``agent_state_schema(mode)``, wrap it in
    ``StateAccessor(graph, saver)``, and ``capture_rollback_point(accessor, thread_id)`` before the
    graph runs (``CheckpointModeError`` there means: do not run);

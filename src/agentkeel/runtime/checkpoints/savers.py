@@ -1,8 +1,9 @@
-"""Opening the LangGraph checkpointer for a database URL.
+"""Opening the LangGraph checkpointer on the process's connection layer.
 
-The checkpointer shares the runtime's one database URL; LangGraph's tables (``checkpoints``,
-``writes``, ``checkpoint_blobs``, ...) live beside the run and journal stores' own tables. The
-connection settings are explained in ``runtime/langgraph_db.py``.
+The checkpointer shares the runtime's one database; LangGraph's tables (``checkpoints``,
+``writes``, ``checkpoint_blobs``, ...) live beside the run and journal stores' own tables. On
+PostgreSQL it uses the one pool of ``runtime/connections.py``; on SQLite it keeps its own aiosqlite
+connection (LangGraph's SQLite saver takes a single connection, not a pool).
 """
 
 from __future__ import annotations
@@ -13,34 +14,33 @@ from contextlib import asynccontextmanager
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agentkeel.runtime.langgraph_db import parse_database_url, postgres_pool, sqlite_connection
+from agentkeel.runtime.connections import Connections, sqlite_connection
 
 
 @asynccontextmanager
-async def open_checkpointer(database_url: str) -> AsyncIterator[BaseCheckpointSaver]:
-    """Yield a ready (``setup()`` done) async saver for ``database_url``; close it on exit.
+async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheckpointSaver]:
+    """Yield a ready (``setup()`` done) async saver for ``connections``' database; close it on exit.
 
-    ``memory://`` → ``InMemorySaver``; ``sqlite:///relative/path`` or ``sqlite:////abs/path`` (also
-    ``sqlite+aiosqlite://``) → ``AsyncSqliteSaver``; ``postgresql://`` / ``postgres://`` (also
-    ``postgresql+psycopg://``) → ``AsyncPostgresSaver`` on a connection pool.
+    ``memory://`` → ``InMemorySaver``; SQLite → ``AsyncSqliteSaver``; PostgreSQL →
+    ``AsyncPostgresSaver`` on the shared pool.
     """
-    backend, target = parse_database_url(database_url, "checkpoint")
+    backend = connections.database.url.backend
     if backend == "memory":
         yield InMemorySaver()
     elif backend == "sqlite":
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-        async with sqlite_connection(target) as conn:
+        async with sqlite_connection(connections) as conn:
             saver = AsyncSqliteSaver(conn)
             await saver.setup()
             yield saver
     else:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-        async with postgres_pool(target) as pool:
-            pg_saver = AsyncPostgresSaver(pool)
-            await pg_saver.setup()
-            yield pg_saver
+        assert connections.pool is not None
+        async with connections.unbounded() as conn:
+            await AsyncPostgresSaver(conn).setup()
+        yield AsyncPostgresSaver(connections.pool)
 
 
 __all__ = ["open_checkpointer"]

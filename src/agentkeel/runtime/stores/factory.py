@@ -1,50 +1,34 @@
-"""Open the stores a database URL names (runs and journal; assistants), ready to use."""
+"""Open the stores on what the connection layer opened: runs, journal and assistants, migrated."""
 
 from __future__ import annotations
 
-from agentkeel.runtime.assistants import AssistantStore, MemoryAssistantStore
+from typing import NamedTuple
+
+from agentkeel.runtime.connections import Connections
+from agentkeel.runtime.stores.assistants import AssistantStore
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.memory import MemoryJournalStore, MemoryRunStore
+from agentkeel.runtime.stores.memory_assistants import MemoryAssistantStore
 from agentkeel.runtime.stores.sql import SqlRunStore
 from agentkeel.runtime.stores.sql_assistants import SqlAssistantStore
-from agentkeel.runtime.stores.sql_engine import SqlDatabase
 from agentkeel.runtime.stores.sql_journal import SqlJournalStore
 
-MEMORY_URL = "memory://"
+
+class Stores(NamedTuple):
+    runs: RunStore
+    journal: JournalStore
+    assistants: AssistantStore
 
 
-async def open_stores(database_url: str) -> tuple[RunStore, JournalStore]:
-    """``memory://``, ``sqlite:///path`` (parent directory created) or ``postgresql://...``.
+async def open_stores(connections: Connections) -> Stores:
+    """The three stores of ``connections``' database, its schema migrated before this returns.
 
-    The schema is migrated before this returns. Both SQL stores share one engine, so deleting a run
-    or thread removes its journal in the same transaction.
+    The SQL stores share one engine, so deleting a run or thread removes its journal in the same
+    transaction. Closing them releases nothing: ``open_connections`` owns the connections.
     """
-    if database_url == MEMORY_URL:
+    if connections.sql is None:
         journal = MemoryJournalStore()
-        return MemoryRunStore(journal), journal
-    db = SqlDatabase(database_url)
-    run_store, journal_store = SqlRunStore(db), SqlJournalStore(db)
-    try:
-        await run_store.setup()
-    except BaseException:
-        await db.close()
-        raise
-    return run_store, journal_store
-
-
-async def open_assistant_store(database_url: str) -> AssistantStore:
-    """The assistant store for ``database_url`` (same URLs as ``open_stores``), migrated.
-
-    It has its own engine (``open_stores`` does not hand out the run stores'); two engines on one
-    database are safe, SQLite's ``BEGIN IMMEDIATE`` and busy timeout serialise their writers.
-    """
-    if database_url == MEMORY_URL:
-        return MemoryAssistantStore()
-    db = SqlDatabase(database_url)
-    store = SqlAssistantStore(db)
-    try:
-        await store.setup()
-    except BaseException:
-        await db.close()
-        raise
-    return store
+        return Stores(MemoryRunStore(journal), journal, MemoryAssistantStore())
+    db = connections.sql
+    await db.setup()
+    return Stores(SqlRunStore(db), SqlJournalStore(db), SqlAssistantStore(db))

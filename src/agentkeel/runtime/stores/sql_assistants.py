@@ -31,7 +31,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentkeel.runtime.assistants import (
+from agentkeel.runtime.records import utcnow
+from agentkeel.runtime.stores.assistants import (
     Assistant,
     AssistantExists,
     AssistantPatch,
@@ -40,7 +41,6 @@ from agentkeel.runtime.assistants import (
     IfExists,
     check_metadata_filter,
 )
-from agentkeel.runtime.records import utcnow
 from agentkeel.runtime.stores.sql_engine import SqlBacked
 from agentkeel.runtime.stores.sql_schema import assistant_versions, assistants
 

@@ -1,4 +1,4 @@
-"""One SQL database shared by the run and journal stores: engine, transactions, migrations.
+"""One SQL database shared by the run, journal and assistant stores: transactions, migrations.
 
 Both dialects run on SQLAlchemy's async engine. What differs is how a transaction serialises
 admission across processes, and that is decided here once:
@@ -27,9 +27,9 @@ from alembic.config import Config
 from sqlalchemy import Connection, Executable, Insert, Table, event, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL, RowMapping, make_url
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +42,6 @@ BUSY_RETRIES = 5  # after busy_timeout already waited; attempts beyond the first
 BUSY_BACKOFF_S = (0.05, 1.0)  # initial, cap; doubles per attempt, with jitter
 # An arbitrary constant key for pg_advisory_xact_lock: "run migrations one process at a time".
 PG_MIGRATION_LOCK = 0x6B65656C  # "keel"
-
-
-def async_url(database_url: str) -> URL:
-    """Map ``sqlite:///`` and ``postgresql://`` onto the async drivers this package ships with."""
-    url = make_url(database_url)
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if url.database in (None, "", ":memory:"):
-            raise ValueError("an in-memory SQLite database is not shared; use memory:// instead")
-        return url.set(drivername="sqlite+aiosqlite")
-    if backend in ("postgresql", "postgres"):
-        return url.set(drivername="postgresql+psycopg")
-    raise ValueError(f"unsupported database URL {url.render_as_string()!r}")
 
 
 def is_unique_violation(exc: BaseException) -> bool:
@@ -108,20 +95,14 @@ def _upgrade(connection: Connection, config: Config) -> None:
 
 
 class SqlDatabase:
-    """The engine and the transaction discipline both SQL stores use."""
+    """The transaction discipline and migrations every SQL store uses, on the engine the
+    connection layer (``runtime/connections.py``) opened; that layer owns and disposes it."""
 
-    def __init__(self, database_url: str) -> None:
-        url = async_url(database_url)
-        self.dialect = url.get_backend_name()
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
         if self.dialect == "sqlite":
-            assert url.database is not None
-            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_async_engine(url)
             _install_sqlite_hooks(self.engine)
-        else:
-            self.engine = create_async_engine(
-                url, pool_size=5, max_overflow=10, pool_pre_ping=True, pool_recycle=1800
-            )
         # SQLite has one writer at a time anyway. Queueing this process's writers here instead of
         # in SQLite's busy handler (which sleeps up to 100 ms per poll) keeps a burst fast; other
         # processes are still held off by BEGIN IMMEDIATE.
@@ -187,6 +168,8 @@ class SqlDatabase:
 
             async def migrate(conn: AsyncConnection) -> None:
                 if self.dialect == "postgresql":
+                    # An index build on a large table may outlast the pool's statement timeout.
+                    await conn.execute(text("SET LOCAL statement_timeout = 0"))
                     await conn.execute(
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
                     )
@@ -195,9 +178,6 @@ class SqlDatabase:
             await self.transaction(migrate)
             self._migrated = True
 
-    async def close(self) -> None:
-        await self.engine.dispose()
-
     def insert_ignoring(self, table: Table, *keys: str) -> Insert:
         """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in this database's dialect."""
         insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
@@ -205,13 +185,11 @@ class SqlDatabase:
 
 
 class SqlBacked:
-    """What every SQL store shares: the database it runs on, its migrations and its engine."""
+    """What every SQL store shares: the database it runs on and its migrations. ``close()`` stays
+    the interface's no-op: the connection layer, not a store, owns the connections."""
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     async def setup(self) -> None:
         await self._db.setup()
-
-    async def close(self) -> None:
-        await self._db.close()

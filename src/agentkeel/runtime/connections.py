@@ -1,0 +1,211 @@
+"""The connection layer: one pool per database per process, shared by everything that persists.
+
+``open_connections(config.db)`` is the only place a process connects to its ``database``; the run,
+journal and assistant stores, LangGraph's checkpointer and its key-value store all draw from what it
+opens, so ``database_pool.size`` bounds the connections a process holds.
+
+* **PostgreSQL** -- one psycopg ``AsyncConnectionPool``. LangGraph's ``AsyncPostgresSaver`` and
+  ``AsyncPostgresStore`` take the pool itself; the stores' SQLAlchemy engine has no pool of its own
+  (``NullPool``) and takes each connection from this one (``async_creator``), and closing it hands
+  the connection back (``close_returns``). A connection's state is reset between the two users:
+  pooled connections are in autocommit, which LangGraph needs (its ``setup()`` runs ``CREATE INDEX
+  CONCURRENTLY`` and each call is its own unit of work; its cursors ask for ``dict_row``
+  themselves); the engine switches autocommit off when it takes one (the stores need transactions:
+  ``SELECT ... FOR UPDATE`` locks a thread until commit) and the pool's ``reset`` switches it back.
+  ``prepare_threshold=0`` is what LangGraph documents for its connections.
+
+  Every connection gets a connect timeout, TCP keepalives with a matching ``tcp_user_timeout``, and
+  a server-side ``statement_timeout``, so a half-open connection or a stuck backend fails a call
+  within a bound instead of hanging it (and shutdown with it); and each checkout is checked, so a
+  connection that died while idle (a restarted server, ``pg_terminate_backend``, a NAT timeout) is
+  replaced rather than failing the next call. Migrations lift the statement timeout for themselves
+  (an index build on a large table may legitimately take longer). URL query parameters win over
+  these defaults.
+* **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size.
+  LangGraph's SQLite saver and store take a single connection rather than a pool, so each keeps its
+  own aiosqlite connection to the same file (``sqlite_connection``).
+* **memory://** -- nothing to open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from agentkeel.database import Database, DatabasePool
+from agentkeel.runtime.stores.sql_engine import SqlDatabase
+
+APPLICATION_NAME = "agentkeel"  # what pg_stat_activity shows, unless the URL names another
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
+# LangGraph's SQLite saver and store do not retry a busy database, so they wait longer than the stores.
+LANGGRAPH_SQLITE_BUSY_TIMEOUT_MS = 30_000
+POOL_CLOSE_TIMEOUT_S = 5.0
+
+Pool = AsyncConnectionPool[Any]
+
+
+class PooledConnection(AsyncConnection[TupleRow]):
+    """A pool connection that SQLAlchemy may take many times.
+
+    SQLAlchemy's psycopg dialect adds its notice logger whenever it connects, and with ``NullPool``
+    every checkout is a connect: without this, one connection would collect a handler per checkout.
+    """
+
+    def add_notice_handler(self, callback: Any) -> None:
+        with contextlib.suppress(ValueError):
+            self.remove_notice_handler(callback)
+        super().add_notice_handler(callback)
+
+
+def postgres_conninfo(url: str, pool: DatabasePool) -> str:
+    """The libpq connection string: the pool's timeouts and keepalives, then the URL's own values."""
+    given = conninfo_to_dict(url)
+    params: dict[str, Any] = {
+        "application_name": APPLICATION_NAME,
+        "connect_timeout": pool.connect_timeout_s,
+        "keepalives": 1,
+        "keepalives_idle": pool.keepalive_idle_s,
+        "keepalives_interval": KEEPALIVE_INTERVAL_S,
+        "keepalives_count": KEEPALIVE_PROBES,
+        # Keepalives only probe an idle socket; this bounds a write the peer never acknowledges.
+        "tcp_user_timeout": (pool.keepalive_idle_s + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES) * 1000,
+        **given,
+    }
+    # libpq applies ``-c`` settings in order, so the URL's own options come last and win.
+    options = f"-c statement_timeout={round(pool.statement_timeout_s * 1000)}"
+    params["options"] = f"{options} {given['options']}" if given.get("options") else options
+    return make_conninfo("", **params)
+
+
+async def _alive(conn: AsyncConnection[Any]) -> None:
+    """The pool's ``check``: one round trip before a connection is handed out (pooled connections
+    are in autocommit). Never prepared: under ``prepare_threshold=0`` psycopg would prepare the
+    empty query anew on every check and leave one server-side statement behind per checkout."""
+    await conn.execute("", prepare=False)
+
+
+async def _autocommit(conn: AsyncConnection[Any]) -> None:
+    """The pool's ``reset``: a connection returned by the stores' engine goes back to autocommit."""
+    if not conn.autocommit:
+        await conn.set_autocommit(True)
+
+
+@dataclass
+class Connections:
+    """What ``open_connections`` opened. ``sql`` is None for ``memory://``; ``pool`` is set for
+    PostgreSQL only (LangGraph's PostgreSQL saver and store use it directly)."""
+
+    database: Database
+    sql: SqlDatabase | None = None
+    pool: Pool | None = None
+    conninfo: str = ""  # PostgreSQL: for a connection that must live outside the pool (LISTEN)
+
+    @contextlib.asynccontextmanager
+    async def unbounded(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A pool connection without the statement timeout, for LangGraph's ``setup()``."""
+        assert self.pool is not None, "PostgreSQL only"
+        async with self.pool.connection() as conn:
+            await conn.execute("SET statement_timeout = 0")
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    await conn.execute("RESET statement_timeout")  # back to the connection's -c value
+
+
+@contextlib.asynccontextmanager
+async def open_connections(database: Database) -> AsyncIterator[Connections]:
+    """Open the pool (or engine) of ``database``; close it on exit, after its users closed."""
+    url = database.url
+    if url.backend == "memory":
+        yield Connections(database)
+        return
+    if url.backend == "sqlite":
+        engine = _sqlite_engine(Path(url.target), database.pool)
+        try:
+            yield Connections(database, sql=SqlDatabase(engine))
+        finally:
+            await engine.dispose()
+        return
+    conninfo = postgres_conninfo(url.target, database.pool)
+    pool = _postgres_pool(conninfo, database.pool)
+    await pool.open(wait=True, timeout=database.pool.acquire_timeout_s)
+    try:
+        engine = _postgres_engine(pool, database.pool)
+        try:
+            yield Connections(database, sql=SqlDatabase(engine), pool=pool, conninfo=conninfo)
+        finally:
+            await engine.dispose()
+    finally:
+        await pool.close(timeout=POOL_CLOSE_TIMEOUT_S)
+
+
+def _postgres_pool(conninfo: str, settings: DatabasePool) -> Pool:
+    return AsyncConnectionPool(
+        conninfo,
+        connection_class=PooledConnection,
+        kwargs={"autocommit": True, "prepare_threshold": 0},
+        min_size=1,
+        max_size=settings.size,
+        timeout=settings.acquire_timeout_s,
+        check=_alive,
+        reset=_autocommit,
+        close_returns=True,
+        name=APPLICATION_NAME,
+        open=False,
+    )
+
+
+def _postgres_engine(pool: Pool, settings: DatabasePool) -> AsyncEngine:
+    async def checkout() -> AsyncConnection[Any]:
+        conn = await pool.getconn(timeout=settings.acquire_timeout_s)
+        try:
+            await conn.set_autocommit(False)
+        except BaseException:
+            await pool.putconn(conn)
+            raise
+        return conn
+
+    return create_async_engine("postgresql+psycopg://", async_creator=checkout, poolclass=NullPool)
+
+
+def _sqlite_engine(path: Path, settings: DatabasePool) -> AsyncEngine:
+    path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return create_async_engine(
+        URL.create("sqlite+aiosqlite", database=str(path)),
+        pool_size=settings.size,
+        max_overflow=0,
+        pool_timeout=settings.acquire_timeout_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def sqlite_connection(connections: Connections, **connect_kwargs: Any) -> AsyncIterator[Any]:
+    """An aiosqlite connection to the SQLite database, for LangGraph's saver or store.
+
+    WAL, so readers (the gateway reading state) never block a run writing checkpoints; a busy
+    timeout, because the stores write to the same file from their own connections; and
+    ``synchronous=NORMAL``, which under WAL survives a process crash (only power loss can drop the
+    last commits) -- the durability the stores use -- where FULL costs ~5 ms a step.
+    """
+    import aiosqlite
+
+    path = Path(connections.database.url.target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with aiosqlite.connect(path, **connect_kwargs) as conn:
+        await conn.execute(f"PRAGMA busy_timeout = {LANGGRAPH_SQLITE_BUSY_TIMEOUT_MS}")
+        await conn.execute("PRAGMA journal_mode = WAL")
+        await conn.execute("PRAGMA synchronous = NORMAL")
+        yield conn
