@@ -145,7 +145,7 @@ async def test_resolve_assistant(keel: Keel) -> None:
     assert user == ("hitl", {"tags": ["a"]}, {"c": 1}, created["assistant_id"])
     with pytest.raises(RequestError) as refused:
         await resolve_assistant(runtime, "nope")
-    assert refused.value.field == "assistant_id" and refused.value.status == 404
+    assert refused.value.field == "assistant_id" and refused.value.problem == "not_found"
 
 
 async def test_delete_with_threads(keel: Keel) -> None:

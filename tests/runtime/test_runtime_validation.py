@@ -18,24 +18,24 @@ from agentkeel.runtime.requests import RequestError, RunRequest
 
 pytestmark = backend_matrix(LIGHT_MATRIX)
 
-# (what is wrong, request fields, the field the error must name, HTTP status)
-INVALID: list[tuple[str, dict[str, Any], str, int]] = [
-    ("unknown assistant", {"assistant_id": "no-such-assistant"}, "assistant_id", 404),
-    ("model outside the allowlist", {"model_name": "gpt-unlisted"}, "context.model_name", 400),
-    ("model outside the allowlist, via context", {"context": {"model_name": "gpt-unlisted"}}, "context.model_name", 400),
-    ("model name of the wrong type", {"context": {"model_name": 42}}, "context.model_name", 422),
-    ("malformed input message", {"input": {"messages": [{"role": "alien", "content": "x"}]}}, "input.messages[0]", 422),
+# (what is wrong, request fields, the field the error must name, the kind of refusal)
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    ("unknown assistant", {"assistant_id": "no-such-assistant"}, "assistant_id", "not_found"),
+    ("model outside the allowlist", {"model_name": "gpt-unlisted"}, "context.model_name", "not_allowed"),
+    ("model outside the allowlist, via context", {"context": {"model_name": "gpt-unlisted"}}, "context.model_name", "not_allowed"),
+    ("model name of the wrong type", {"context": {"model_name": 42}}, "context.model_name", "invalid"),
+    ("malformed input message", {"input": {"messages": [{"role": "alien", "content": "x"}]}}, "input.messages[0]", "invalid"),
     ("second message malformed",
-     {"input": {"messages": [{"role": "user", "content": "ok"}, {"content": "no role"}]}}, "input.messages[1]", 422),
-    ("messages not a list", {"input": {"messages": "hello"}}, "input.messages", 422),
-    ("input of the wrong type", {"input": 42}, "input", 422),
-    ("unknown stream mode", {"stream_mode": ["values", "telepathy"]}, "stream_mode", 422),
-    ("stream mode of the wrong type", {"stream_mode": [1]}, "stream_mode", 422),
-    ("recursion limit not positive", {"config": {"recursion_limit": 0}}, "config.recursion_limit", 422),
-    ("timeout not positive", {"timeout_s": 0}, "timeout_s", 422),
-    ("command goto without a node", {"input": None, "command": {"goto": {"input": 1}}}, "command.goto.node", 422),
+     {"input": {"messages": [{"role": "user", "content": "ok"}, {"content": "no role"}]}}, "input.messages[1]", "invalid"),
+    ("messages not a list", {"input": {"messages": "hello"}}, "input.messages", "invalid"),
+    ("input of the wrong type", {"input": 42}, "input", "invalid"),
+    ("unknown stream mode", {"stream_mode": ["values", "telepathy"]}, "stream_mode", "invalid"),
+    ("stream mode of the wrong type", {"stream_mode": [1]}, "stream_mode", "invalid"),
+    ("recursion limit not positive", {"config": {"recursion_limit": 0}}, "config.recursion_limit", "invalid"),
+    ("timeout not positive", {"timeout_s": 0}, "timeout_s", "invalid"),
+    ("command goto without a node", {"input": None, "command": {"goto": {"input": 1}}}, "command.goto.node", "invalid"),
     ("command goto list entry without a node",
-     {"input": None, "command": {"goto": [{"node": ""}]}}, "command.goto.node", 422),
+     {"input": None, "command": {"goto": [{"node": ""}]}}, "command.goto.node", "invalid"),
 ]
 
 BAD_THREAD_IDS = ["", "../escape", "a/b", ".hidden", "x" * 129, "spaces are bad"]
@@ -50,11 +50,11 @@ async def _nothing_stored(rt: Any, thread_id: str) -> None:
 
 async def test_invalid_requests_are_refused_before_admission(keel: Keel) -> None:
     async with keel.open() as rt:
-        for what, fields, field, status in INVALID:
+        for what, fields, field, problem in INVALID:
             thread = new_thread_id("invalid")
             with pytest.raises(RequestError) as caught:
                 await rt.manager.create(RunRequest(thread_id=thread, **{"input": "hello", **fields}))
-            assert (caught.value.field, caught.value.status) == (field, status), what
+            assert (caught.value.field, caught.value.problem) == (field, problem), what
             await _nothing_stored(rt, thread)
         assert await rt.store.list_runs() == []
         assert await rt.store.list_threads() == []

@@ -47,9 +47,13 @@ def _field_of(location: tuple[object, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+# What the LangGraph server answers for each kind of refused request.
+_PROBLEM_STATUS = {"invalid": 422, "not_found": 404, "not_allowed": 400}
+
+
 async def _request_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
-    return _json(exc.status, exc.message, field=exc.field)
+    return _json(_PROBLEM_STATUS[exc.problem], exc.message, field=exc.field)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

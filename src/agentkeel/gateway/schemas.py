@@ -66,7 +66,7 @@ class RunCreate(BaseModel):
         authentication yet, so ``RunRequest.user`` stays empty: nothing in a body can set it."""
         if self.context and (self.config or {}).get("configurable"):
             raise RequestError(
-                "context", "give either context or config.configurable, not both", status=400
+                "context", "give either context or config.configurable, not both", "not_allowed"
             )
         return RunRequest(
             thread_id=thread_id,

@@ -54,14 +54,14 @@ async def resolve_assistant(runtime: Runtime, assistant_id: str) -> AssistantTar
     found = await runtime.assistants.get(assistant_key(assistant_id))
     if found is None:
         raise RequestError(
-            "assistant_id", f"assistant {assistant_id!r} not found; configured: {known}", status=404
+            "assistant_id", f"assistant {assistant_id!r} not found; configured: {known}", problem="not_found"
         )
     if found.graph_id not in known:
         raise RequestError(
             "assistant_id",
             f"assistant {assistant_id!r} uses graph {found.graph_id!r}, which is not configured "
             f"(configured: {known})",
-            status=404,
+            problem="not_found",
         )
     return AssistantTarget(found.graph_id, found.config, found.context, found.assistant_id)
 

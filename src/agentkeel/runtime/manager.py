@@ -171,7 +171,7 @@ class RunManager:
             {"configurable": {k: configurable[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}}
         )
         if found is None:
-            raise RequestError("checkpoint_id", f"checkpoint {checkpoint_id} not found", status=404)
+            raise RequestError("checkpoint_id", f"checkpoint {checkpoint_id} not found", "not_found")
 
     async def delete_run(self, run_id: str) -> bool:
         """Delete a finished run (record and journal); an active run must be cancelled first."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from langchain_core.messages import convert_to_messages
 from langchain_core.runnables import RunnableConfig
@@ -29,14 +29,21 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 RESERVED_CONTEXT_KEYS = frozenset({"thread_id", "run_id", "user", "user_id", "attempt"})
 
 
-class RequestError(ValueError):
-    """A request that cannot become a run; ``field`` names the offending field."""
+RequestProblem = Literal["invalid", "not_found", "not_allowed"]
 
-    def __init__(self, field: str, message: str, status: int = 422) -> None:
+
+class RequestError(ValueError):
+    """A request that cannot become a run; ``field`` names the offending field.
+
+    ``problem`` says what kind of refusal it is, in domain terms (a malformed value, something the
+    request names that does not exist, something it may not use); the gateway maps it to HTTP.
+    """
+
+    def __init__(self, field: str, message: str, problem: RequestProblem = "invalid") -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-        self.status = status
+        self.problem = problem
 
 
 @dataclass
@@ -135,9 +142,9 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
     try:
         assistant = harness.resolve(request.assistant_id, model_name)
     except UnknownAssistant as exc:
-        raise RequestError("assistant_id", str(exc), status=404) from None
+        raise RequestError("assistant_id", str(exc), "not_found") from None
     except ModelNotAllowed as exc:
-        raise RequestError("context.model_name", str(exc), status=400) from None
+        raise RequestError("context.model_name", str(exc), "not_allowed") from None
     modes = _stream_modes(request.stream_mode)
     timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
     if timeout <= 0:

@@ -78,7 +78,7 @@ async def _admit_stateless(gw: Gateway, body: StatelessRunCreate) -> tuple[RunRe
     thread_id = str(named) if named else str(uuid.uuid4())
     created = not named or await gw.runtime.store.get_thread(thread_id) is None
     if created and body.command is not None and "resume" in body.command:
-        raise RequestError("command", "You must provide a thread_id when resuming.", status=400)
+        raise RequestError("command", "You must provide a thread_id when resuming.", "not_allowed")
     record = await _admit(gw, body, thread_id, must_exist=False)
     cleanup = None
     if created and body.on_completion == "delete":
