@@ -32,6 +32,7 @@ def run_worker(config: KeelConfig, harness: Harness) -> int:
 
 async def _serve_runs(config: KeelConfig, harness: Harness) -> int:
     stop = asyncio.Event()
+    opened: list[Runtime] = []
     signals = 0
 
     def on_signal() -> None:
@@ -40,16 +41,16 @@ async def _serve_runs(config: KeelConfig, harness: Harness) -> int:
         stop.set()
         if signals == 1:
             arm_force_exit(config.gateway.drain_s + FORCE_EXIT_S)
-        else:
+        else:  # a second signal: interrupt the runs now instead of waiting out the drain
             arm_force_exit(FORCE_EXIT_S)
-            if runtime is not None:
+            for runtime in opened:
                 asyncio.ensure_future(runtime.manager.shutdown(0))
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    runtime: Runtime | None = None
     async with open_runtime(config, harness=harness, drain_s=config.gateway.drain_s) as runtime:
+        opened.append(runtime)
         typer.echo(f"AgentKeel worker {runtime.manager.owner} ready ({config.database_url})")
         await stop.wait()
         await runtime.manager.shutdown(config.gateway.drain_s)

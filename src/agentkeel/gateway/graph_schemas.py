@@ -36,7 +36,7 @@ def _state_schema(graph: Pregel) -> dict[str, Any]:
         for name, channel in graph.channels.items()
         if isinstance(channel, BaseChannel) and not name.startswith("_") and ":" not in name
     }
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         graph.get_name("State"), __config__=ConfigDict(arbitrary_types_allowed=True), **fields
     )
     return model.model_json_schema()

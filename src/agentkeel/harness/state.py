@@ -73,7 +73,7 @@ class DeltaAgentState(AgentState):
     from ``AgentState``.
     """
 
-    messages: Annotated[list[AnyMessage], _delta_messages_channel()]  # type: ignore[misc]
+    messages: Annotated[list[AnyMessage], _delta_messages_channel()]
 
 
 class FullMessagesState(TypedDict):
@@ -87,7 +87,7 @@ class DeltaMessagesState(TypedDict):
 def _checked(mode: str) -> CheckpointMode:
     if mode not in CHECKPOINT_MODES:
         raise ValueError(f"checkpoint mode must be one of {CHECKPOINT_MODES}, got {mode!r}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def agent_state_schema(mode: CheckpointMode) -> type[AgentState]:

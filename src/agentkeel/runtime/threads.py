@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agentkeel.runtime.assistants import assistant_key
-from agentkeel.runtime.thread_status import settled_status
 from agentkeel.runtime.records import ThreadRecord
 from agentkeel.runtime.stores.base import RunStore
+from agentkeel.runtime.thread_status import settled_status
 from agentkeel.sandbox.workspace import Workspace
 
 if TYPE_CHECKING:

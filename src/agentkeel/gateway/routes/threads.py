@@ -33,13 +33,13 @@ from agentkeel.runtime.checkpoints import mark_checkpoint_mode
 from agentkeel.runtime.records import ConflictError, ThreadRecord
 from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.thread_status import settled_status
 from agentkeel.runtime.threads import (
     copy_thread,
     delete_thread,
     is_valid_thread_id,
     list_all_threads,
 )
-from agentkeel.runtime.thread_status import settled_status
 
 router = APIRouter()
 router.include_router(thread_state.router)

@@ -20,7 +20,6 @@ from agentkeel.runtime.records import (
     ACTIVE_STATUSES,
     Completion,
     ConflictError,
-    ControlPending,
     RunRecord,
     RunStatus,
     ThreadRecord,
