@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,6 +36,7 @@ from langgraph.types import Command
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
+from agentkeel.harness.tools.bounds import file_sha256
 from agentkeel.sandbox.workspace import Workspace
 
 READ_TOOL = "read_file"
@@ -69,12 +69,14 @@ def locate(ws: Workspace, path: str) -> tuple[str, Path] | None:
 
 
 def current_sha256(real: Path) -> str | None:
-    """sha256 of the file's bytes now, or None when it does not exist (any other failure raises)."""
+    """sha256 of the file's bytes now, or None when it does not exist (any other failure raises).
+
+    Hashed in chunks, so a huge file is never held in memory; a FIFO is refused, never waited on.
+    """
     try:
-        data = real.read_bytes()
+        return file_sha256(real)
     except FileNotFoundError:
         return None
-    return hashlib.sha256(data).hexdigest()
 
 
 def newest_mark(messages: Iterable[Any], virtual_path: str) -> str | None:
