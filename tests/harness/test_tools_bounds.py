@@ -12,6 +12,7 @@ import time
 import tracemalloc
 from collections.abc import Awaitable
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +23,12 @@ from test_tools import assert_tool_error, call, ok
 
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.tools import bounds
-from agentkeel.harness.tools.bounds import Deadline, TimeLimitExceeded, iter_line_pieces, off_loop
+from agentkeel.harness.tools.bounds import (
+    Deadline,
+    TimeLimitExceeded,
+    iter_line_pieces,
+    off_loop,
+)
 from agentkeel.sandbox.workspace import Workspace
 
 T = TypeVar("T")
@@ -234,7 +240,7 @@ _PIECES = st.lists(
 def test_line_pieces_join_to_splitlines(parts: list[bytes], cuts: list[int]) -> None:
     data = b"".join(parts)
     bounds_ = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
-    chunks = iter([data[a:b] for a, b in zip(bounds_, bounds_[1:], strict=False)])
+    chunks = iter([data[a:b] for a, b in pairwise(bounds_)])
     lines: list[str] = []
     current = ""
     for piece, ends in iter_line_pieces(chunks):
