@@ -1,10 +1,11 @@
 """A long, catastrophic ``grep`` inside a real ``keel serve``: the server keeps answering and a
 SIGTERM still exits promptly.
 
-The lead agent's scripted model calls ``grep`` with ``(a+)+$`` over files of ``aaa…ab`` lines:
-exponential per line for a backtracking engine that holds the GIL (the server froze for ~18 s on
-one such call and took 29 s to exit), linear with RE2 but still seconds of work over ~70 MB. The
-probes are plain HTTP from another process, as a load balancer's would be.
+The lead agent's scripted model calls ``grep`` with ``(a+)+$`` over ~70 MB of ``aaa…ab`` lines:
+exponential per long line for a backtracking engine that holds the GIL (the server froze for ~18 s
+on one such line and took 29 s to exit), linear with RE2 but still more work than the tool time
+limit allows, so the call always lasts the whole limit. The probes are plain HTTP from another
+process, as a load balancer's would be.
 """
 
 from __future__ import annotations
@@ -23,20 +24,21 @@ from agentkeel.sandbox.workspace import Workspace
 
 DRAIN_S = 2.0
 EXIT_BOUND_S = DRAIN_S + 4.0  # drain, stop the tool, finalize, exit
+TOOL_LIMIT_S = 5.0  # the grep below needs ~15 s here: it runs into this limit
 PATTERN = "(a+)+$"
-FILES, LINES_PER_FILE = 8, 300_000  # 8 x 9 MB of 'a' * 28 + 'b' lines: a few seconds for RE2
+FILES = 8
+BLOCK = ((b"aaaab\n" * 999) + b"a" * 28 + b"b\n") * 1500  # 9 MB, 1.5 M lines
 GREP_SCRIPT: dict[str, Any] = {"agents": {"lead": [
     {"say": "Searching the data.", "tool_calls": [{"name": "grep", "args": {"pattern": PATTERN, "path": "/workspace/data"}}]},
-    {"say": "Nothing matched."},
+    {"say": "The search ran out of time."},
 ]}}
 
 
 def fill_workspace(data_dir: Path, thread_id: str) -> None:
     target = Workspace.for_thread(data_dir, thread_id).real_root / "data"
     target.mkdir()
-    block = (b"a" * 28 + b"b\n") * LINES_PER_FILE
     for index in range(FILES):
-        (target / f"part{index}.txt").write_bytes(block)
+        (target / f"part{index}.txt").write_bytes(BLOCK)
 
 
 async def probe(http: httpx.AsyncClient, stop: asyncio.Event) -> dict[str, float]:
@@ -56,7 +58,7 @@ async def probe(http: httpx.AsyncClient, stop: asyncio.Event) -> dict[str, float
 
 
 async def test_catastrophic_grep_leaves_probes_answering_and_sigterm_prompt(tmp_path: Path) -> None:
-    config = write_project(tmp_path, gateway={"drain_s": DRAIN_S}, limits={"workspace_tool_timeout_s": 120})
+    config = write_project(tmp_path, gateway={"drain_s": DRAIN_S}, limits={"workspace_tool_timeout_s": TOOL_LIMIT_S})
     (tmp_path / "script.yaml").write_text(yaml.safe_dump(GREP_SCRIPT, sort_keys=False))
     server = start_server(config)
     try:
@@ -76,12 +78,13 @@ async def test_catastrophic_grep_leaves_probes_answering_and_sigterm_prompt(tmp_
             assert finished["status"] == "success", finished
             messages = (await client.threads.get_state(thread_id))["values"]["messages"]
             results = [m["content"] for m in messages if m["type"] == "tool"]
-            assert results == [f"No matches for {PATTERN!r}."]
+            stopped = f"grep stopped after the {TOOL_LIMIT_S:g} s time limit of workspace tools"
+            assert len(results) == 1 and results[0].startswith(f"[... stopped: {stopped}"), results
             print(f"grep run {took:.2f} s; slowest /ok {worst['/ok']:.3f} s, /healthz {worst['/healthz']:.3f} s")
             assert worst["/ok"] < 1.0 and worst["/healthz"] < 1.0, worst
-            assert took > 2.5, f"the grep took {took:.2f} s: too short to prove the probes overlapped it"
 
-            # The same grep again, SIGTERM while it runs: the drain ends it, the process exits.
+            # The same grep again, SIGTERM while it runs: the drain (shorter than the tool limit)
+            # cancels the run, which stops the grep's thread, and the process exits.
             run = await client.runs.create(thread_id, "lead", input=run_input)
             await run_reaches(client, thread_id, run["run_id"], "running", timeout=30)
             await asyncio.sleep(1.0)
