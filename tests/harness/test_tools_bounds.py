@@ -206,8 +206,7 @@ async def test_fifos_are_refused_not_waited_on(ctx: RunContext, ws: Workspace, t
     if tool == "grep":  # grep skips what it cannot read as text
         assert message.content == "No matches for 'x'."
     else:
-        assert_tool_error(message, "pipe")
-        assert "not a regular file" in message.content or "No such device" in message.content
+        assert_tool_error(message, "pipe: not a regular file")
 
 
 async def test_str_replace_refuses_files_it_would_have_to_load_whole(ctx: RunContext, ws: Workspace) -> None:

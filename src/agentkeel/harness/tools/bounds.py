@@ -123,7 +123,12 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> Bin
     waiting for a peer; the type is then checked on the open descriptor, so nothing can be swapped
     in between the check and the use.
     """
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader (or a device) opened for writing
+            raise OSError(errno.EINVAL, "not a regular file") from None
+        raise
     try:
         kind = os.fstat(fd).st_mode
         if stat.S_ISDIR(kind):
