@@ -141,6 +141,7 @@ class Limits(_Strict):
     max_recursion_limit: Annotated[int, Field(ge=1)] = 10_000
     bash_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     bash_output_cap: Annotated[int, Field(ge=256)] = 32_000
+    workspace_tool_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
     snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
     stream_retention: Annotated[int, Field(ge=1)] = 10_000

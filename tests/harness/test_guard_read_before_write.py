@@ -6,7 +6,9 @@ because the agent appended without ever reading the file back).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +26,11 @@ from agentkeel.harness.middleware import read_before_write as rbw
 from agentkeel.harness.middleware.chain import build_chain
 from agentkeel.harness.middleware.contracts import implemented_axes
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
-from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite, locate, newest_mark
+from agentkeel.harness.middleware.read_before_write import (
+    ReadBeforeWrite,
+    locate,
+    newest_mark,
+)
 from agentkeel.sandbox.workspace import Workspace
 
 US = "## US\nNew chips export rules.\n"
@@ -254,7 +260,7 @@ async def test_uninspectable_file_fails_open_and_is_journaled(tmp_path: Path, mo
     ws.mkdir()
     (ws / "locked.md").write_text("old\n")
 
-    def refuse(real: Path) -> str | None:
+    def refuse(real: Path, deadline: object = None) -> str | None:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(rbw, "current_sha256", refuse)
@@ -280,6 +286,19 @@ async def test_directory_target_fails_open_and_the_tool_refuses(tmp_path: Path) 
     assert "is a directory" in result.content
     (record,) = _interventions(out, "fail_open")
     assert record["reason"].startswith("IsADirectoryError")
+
+
+async def test_fifo_target_fails_open_instead_of_waiting_and_the_tool_refuses(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.mkfifo(ws / "pipe")  # hashing it by reading would wait for a writer forever
+    script = _script(_turn(_call("write_file", path="pipe", content="x")))
+    out = await asyncio.wait_for(run_agent(script, [ReadBeforeWrite()], ws), 10)
+
+    result = _tools(out)[0]
+    assert result.status == "error" and "not a regular file" in result.content
+    (record,) = _interventions(out, "fail_open")
+    assert "not a regular file" in record["reason"]
 
 
 # -- (9) path normalisation -------------------------------------------------------------------

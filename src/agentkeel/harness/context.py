@@ -61,6 +61,8 @@ class RunContext:
     bash_enabled: bool = False
     bash_timeout_s: float = 60.0
     bash_output_cap: int = 32_000
+    # The time limit of each file-system tool call (read_file, write_file, str_replace, ls, glob, grep).
+    workspace_tool_timeout_s: float = 30.0
     touches: FileTouchRecorder | None = None
     processes: ProcessRegistry | None = None
     # The run's single stop-reason writer; a standalone one when a graph runs outside the runtime.

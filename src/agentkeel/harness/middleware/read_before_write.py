@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,6 +36,7 @@ from langgraph.types import Command
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
+from agentkeel.harness.tools.bounds import Deadline, file_sha256, off_loop
 from agentkeel.sandbox.workspace import Workspace
 
 READ_TOOL = "read_file"
@@ -68,13 +68,15 @@ def locate(ws: Workspace, path: str) -> tuple[str, Path] | None:
         return None
 
 
-def current_sha256(real: Path) -> str | None:
-    """sha256 of the file's bytes now, or None when it does not exist (any other failure raises)."""
+def current_sha256(real: Path, deadline: Deadline | None = None) -> str | None:
+    """sha256 of the file's bytes now, or None when it does not exist (any other failure raises).
+
+    Hashed in chunks, so a huge file is never held in memory; a FIFO is refused, never waited on.
+    """
     try:
-        data = real.read_bytes()
+        return file_sha256(real, deadline)
     except FileNotFoundError:
         return None
-    return hashlib.sha256(data).hexdigest()
 
 
 def newest_mark(messages: Iterable[Any], virtual_path: str) -> str | None:
@@ -141,16 +143,17 @@ class ReadBeforeWrite(KeelMiddleware):
         async with path_lock(ctx.thread_id, virtual):
             if name == READ_TOOL:
                 return await self._stamped(await handler(request), virtual, real, call.get("id"))
-            blocked = await self._gate(request, name, virtual, real)
+            blocked = await self._gate(request, name, virtual, real, ctx.workspace_tool_timeout_s)
             return blocked if blocked is not None else await handler(request)
 
     async def _gate(
-        self, request: ToolCallRequest, tool: str, virtual: str, real: Path
+        self, request: ToolCallRequest, tool: str, virtual: str, real: Path, limit_s: float
     ) -> ToolMessage | None:
-        """None when the write may run, else the error result that replaces it."""
+        """None when the write may run, else the error result that replaces it (hashing the file
+        within the run's time limit of workspace tools; past it the write is let through)."""
         call_id = request.tool_call.get("id") or ""
         try:
-            current = await asyncio.to_thread(current_sha256, real)
+            current = await off_loop(tool, limit_s, lambda deadline: current_sha256(real, deadline))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             self.intervene(

@@ -8,7 +8,10 @@ disk: a later guard compares it with the file's current hash to detect edits bas
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from langchain_core.tools import ToolException
 
@@ -17,15 +20,25 @@ from agentkeel.harness.tools._support import (
     is_binary,
     make_tool,
     report_touch,
+    run_context,
     tool_errors,
-    workspace,
 )
+from agentkeel.harness.tools.bounds import (
+    WHOLE_FILE_MAX_BYTES,
+    Deadline,
+    iter_line_pieces,
+    off_loop,
+    open_regular,
+    read_chunks,
+    read_whole,
+)
+from agentkeel.sandbox.workspace import Workspace
 
 READ_CAP_CHARS = 100_000
 """The most text one ``read_file`` call returns; longer selections are cut with a note."""
 
 
-def read_file(
+async def read_file(
     path: str,
     runtime: Runtime,
     start_line: int | None = None,
@@ -38,39 +51,69 @@ def read_file(
         start_line: First line to return (1-based, inclusive). Defaults to the first line.
         end_line: Last line to return (1-based, inclusive). Defaults to the last line.
     """
-    ws = workspace(runtime)
-    with tool_errors(path):
-        real = ws.resolve(path)
-        data = real.read_bytes()
-        if is_binary(data):
-            raise ToolException(f"{path}: binary file, not shown")
-        text = data.decode("utf-8", errors="replace")
-    selected = _select_lines(path, text, start_line, end_line)
-    if len(selected) > READ_CAP_CHARS:
-        selected = (
-            selected[:READ_CAP_CHARS]
-            + f"\n[... cut at {READ_CAP_CHARS} characters; read further with start_line/end_line]"
-        )
-    artifact = {"sha256": hashlib.sha256(data).hexdigest(), "path": ws.to_virtual(real)}
-    return selected, artifact
-
-
-def _select_lines(path: str, text: str, start_line: int | None, end_line: int | None) -> str:
-    if start_line is None and end_line is None:
-        return text
-    lines = text.splitlines(keepends=True)
     first = 1 if start_line is None else start_line
-    last = len(lines) if end_line is None else end_line
     if first < 1:
         raise ToolException(f"start_line must be 1 or more, got {first}")
-    if first > len(lines):
-        raise ToolException(f"{path} has {len(lines)} lines; start_line {first} is past the end")
-    if last < first:
-        raise ToolException(f"end_line ({last}) is before start_line ({first})")
-    return "".join(lines[first - 1 : last])
+    if end_line is not None and end_line < first:
+        raise ToolException(f"end_line ({end_line}) is before start_line ({first})")
+    ctx = run_context(runtime)
+    ws = Workspace(ctx.workspace_root)
+    ranged = start_line is not None or end_line is not None
+
+    def work(deadline: Deadline) -> tuple[str, dict[str, Any]]:
+        with tool_errors(path):
+            real = ws.resolve(path)
+            with open_regular(real) as handle:
+                text, digest = _read_selection(path, handle, first, end_line, ranged, deadline)
+        return text, {"sha256": digest, "path": ws.to_virtual(real)}
+
+    return await off_loop("read_file", ctx.workspace_tool_timeout_s, work)
 
 
-def write_file(path: str, content: str, runtime: Runtime, append: bool = False) -> str:
+def _read_selection(
+    path: str, handle: BinaryIO, first: int, last: int | None, ranged: bool, deadline: Deadline
+) -> tuple[str, str]:
+    """Lines ``first..last`` of the file (at most READ_CAP_CHARS of them) and the whole file's hash.
+
+    The file is streamed: text is decoded only up to the end of the selection (or the cut), the
+    rest is only hashed, so memory stays bounded however large the file is.
+    """
+    digest = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:
+        for index, chunk in enumerate(read_chunks(handle, deadline)):
+            if index == 0 and is_binary(chunk):
+                raise ToolException(f"{path}: binary file, not shown")
+            digest.update(chunk)
+            yield chunk
+
+    source = chunks()
+    kept: list[str] = []
+    room = READ_CAP_CHARS
+    cut = False
+    number = 1  # the line the next piece belongs to
+    open_line = False  # the last piece did not end its line
+    for piece, ends_line in iter_line_pieces(source):
+        if number >= first:
+            cut = len(piece) > room
+            kept.append(piece[:room])
+            room -= len(kept[-1])
+        open_line = not ends_line
+        number += ends_line
+        if cut or (last is not None and number > last):
+            break
+    for _ in source:  # the rest of the file only feeds the hash
+        pass
+    lines = number - 1 + open_line
+    if ranged and first > lines and not kept:
+        raise ToolException(f"{path} has {lines} lines; start_line {first} is past the end")
+    text = "".join(kept)
+    if cut:
+        text += f"\n[... cut at {READ_CAP_CHARS} characters; read further with start_line/end_line]"
+    return text, digest.hexdigest()
+
+
+async def write_file(path: str, content: str, runtime: Runtime, append: bool = False) -> str:
     """Create or overwrite a file in the workspace (parent directories are created as needed).
 
     Put deliverables under /workspace/outputs.
@@ -80,19 +123,13 @@ def write_file(path: str, content: str, runtime: Runtime, append: bool = False) 
         content: The text to write.
         append: Append to the end of the file instead of replacing its content.
     """
-    ws = workspace(runtime)
     data = content.encode("utf-8")
-    with tool_errors(path):
-        real = ws.resolve(path)
-        real.parent.mkdir(parents=True, exist_ok=True)
-        with real.open("ab" if append else "wb") as handle:
-            handle.write(data)
-    virtual = ws.to_virtual(real)
-    report_touch(runtime, virtual, "write_file")
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    virtual = await _change(runtime, "write_file", path, flags, lambda real, deadline: data)
     return f"{'Appended' if append else 'Wrote'} {len(data)} bytes to {virtual}"
 
 
-def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_all: bool = False) -> str:
+async def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_all: bool = False) -> str:
     """Replace an exact piece of text in a workspace file.
 
     `old` must occur exactly once unless replace_all is true; include enough surrounding text to
@@ -106,10 +143,16 @@ def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_all: bo
     """
     if not old:
         raise ToolException("old must not be empty")
-    ws = workspace(runtime)
-    with tool_errors(path):
-        real = ws.resolve(path)
-        text = real.read_bytes().decode("utf-8")
+    replaced: list[int] = []
+
+    def edit(real: Path, deadline: Deadline) -> bytes:
+        data = read_whole(real, deadline)
+        if data is None:
+            raise ToolException(
+                f"{path}: too large for str_replace (over {WHOLE_FILE_MAX_BYTES} bytes); "
+                "edit it with bash (sed) or rewrite it with write_file"
+            )
+        text = data.decode("utf-8")
         count = text.count(old)
         if count == 0:
             raise ToolException(f"{path}: old text not found; nothing was replaced")
@@ -118,10 +161,42 @@ def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_all: bo
                 f"{path}: old text occurs {count} times; add surrounding context to make it "
                 "unique, or set replace_all to replace all of them"
             )
-        real.write_bytes(text.replace(old, new).encode("utf-8"))
-    virtual = ws.to_virtual(real)
-    report_touch(runtime, virtual, "str_replace")
+        replaced.append(count)
+        return text.replace(old, new).encode("utf-8")
+
+    virtual = await _change(runtime, "str_replace", path, os.O_WRONLY | os.O_TRUNC, edit)
+    count = replaced[0]
     return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {virtual}"
+
+
+async def _change(
+    runtime: Runtime, tool: str, path: str, flags: int, produce: Callable[[Path, Deadline], bytes]
+) -> str:
+    """Write ``produce(real_path, deadline)`` to ``path`` opened with ``flags``, off the loop;
+    the virtual path written.
+
+    The change ledger hears of the file once it was opened for writing, also when the call then
+    fails or runs out of time part-way: the file may have changed, and the ledger must not miss it.
+    """
+    ctx = run_context(runtime)
+    ws = Workspace(ctx.workspace_root)
+    opened: list[str] = []
+
+    def work(deadline: Deadline) -> str:
+        with tool_errors(path):
+            real = ws.resolve(path)
+            data = produce(real, deadline)
+            real.parent.mkdir(parents=True, exist_ok=True)
+            with open_regular(real, flags) as handle:
+                opened.append(ws.to_virtual(real))
+                handle.write(data)
+        return opened[0]
+
+    try:
+        return await off_loop(tool, ctx.workspace_tool_timeout_s, work)
+    finally:
+        if opened:
+            report_touch(runtime, opened[0], tool)
 
 
 READ_FILE = make_tool(read_file, "read_file", response_format="content_and_artifact")
