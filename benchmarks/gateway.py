@@ -51,7 +51,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gateway"))
-from server_support import LANGGRAPH_JSON, free_port, start_server, write_project  # type: ignore[import-not-found]
+from server_support import LANGGRAPH_JSON, free_port, start_server, write_project  # type: ignore[import-not-found]  # noqa: E402
 
 FIRST_EVENT_TARGET_MS = 50.0
 THROUGHPUT_TARGET_RATIO = 2.0

@@ -83,7 +83,7 @@ def test_every_partial_equals_langchains_sum_of_the_chunks_so_far() -> None:
 
 
 def test_partials_match_langchain_for_provider_shaped_chunks() -> None:
-    openai_delta = lambda args, **kw: {  # langchain-openai repeats the delta in additional_kwargs
+    openai_delta = lambda args, **kw: {  # noqa: E731 - langchain-openai repeats the delta in additional_kwargs
         "tool_calls": [
             {
                 "index": 0,

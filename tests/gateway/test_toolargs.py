@@ -199,7 +199,7 @@ def test_a_name_streamed_in_fragments_is_recognised_once_complete() -> None:
 
 
 def test_merged_chunks_equal_langchains_addition_for_provider_shapes() -> None:
-    openai_delta = lambda args: {
+    openai_delta = lambda args: {  # noqa: E731
         "tool_calls": [{"index": 0, "id": None, "function": {"arguments": args, "name": None}, "type": None}]
     }
     openai = [

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, TypeVar, cast
+from typing import BinaryIO, TypeVar
 
 from langchain_core.tools import ToolException
 
@@ -137,7 +137,7 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> Bin
             raise OSError(errno.EINVAL, "not a regular file")
         os.set_blocking(fd, True)
         writing = flags & (os.O_WRONLY | os.O_RDWR)
-        return cast(BinaryIO, os.fdopen(fd, ("ab" if flags & os.O_APPEND else "wb") if writing else "rb"))
+        return os.fdopen(fd, ("ab" if flags & os.O_APPEND else "wb") if writing else "rb")
     except BaseException:
         os.close(fd)
         raise
