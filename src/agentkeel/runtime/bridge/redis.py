@@ -243,5 +243,5 @@ class RedisStreamBridge(StreamBridge):
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await client.aclose()
-            except (TimeoutError, *self.faults) as exc:
+            except (TimeoutError, RedisError, OSError) as exc:
                 log.warning("closing a Redis client failed: %r", exc)
