@@ -1,0 +1,146 @@
+"""Stream faults during real runs (driven through the runtime's worker) on a private Redis.
+
+Whatever happens to the stream - its key deleted mid-run, Redis restarted without persistence,
+END lost - the run ends ``success`` and a subscriber sees replay or an explicit ``gap``, never an
+event id twice, and always an end. The shared Redis is never touched: each test starts its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
+from redis.asyncio import Redis
+from runtime_support import Keel, call, finished, new_thread_id, start, stream_events, turn, wait_until
+
+from agentkeel.runtime.bridge import EventKind, StreamEvent, TooManySubscribers
+from agentkeel.runtime.observe import RUN_RECORD_EVENT
+from agentkeel.runtime.records import RunStatus
+
+# About 2 s of steady events (one or two per turn): every turn lists the workspace after a short think.
+STEADY = [turn(f"Step {n}.", call("ls", path="/workspace"), delay_ms=250) for n in range(16)] + [turn("Done.")]
+
+
+def check_honest(items: list[StreamEvent]) -> list[int]:
+    """The invariants every subscriber must see; returns the data seqs."""
+    assert items and items[-1].kind is EventKind.end, "a subscriber always ends"
+    data = [i for i in items if i.kind is EventKind.data and i.event != RUN_RECORD_EVENT]
+    ids = [i.id for i in data]
+    assert len(ids) == len(set(ids)), f"an event id was delivered twice: {ids}"
+    seqs = [i.seq for i in data]
+    assert seqs == sorted(seqs), "seqs only go forward"
+    position = 0
+    for item in items:  # every jump forward is announced by a gap
+        if item.kind is EventKind.gap:
+            assert item.data["requested_after"] == position
+            position = item.seq
+        elif item.kind is EventKind.data and item.event != RUN_RECORD_EVENT:
+            assert item.seq == position + 1, f"silently skipped from {position} to {item.seq}"
+            position = item.seq
+    return seqs
+
+
+async def _steady_run(keel: Keel, redis_url: str) -> tuple[Any, Any]:
+    config = keel.config({"steady": STEADY}, stream=redis_url)
+    return config, new_thread_id("faults")
+
+
+async def test_stream_key_deleted_mid_run(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
+    config, thread = await _steady_run(keel, private_redis.url)
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "go")
+        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=30))
+        await wait_until(lambda: (rt.bridge.last_seq(run.run_id) or 0) >= 3, what="a few events")
+        client = Redis.from_url(private_redis.url, decode_responses=True)
+        try:
+            assert await client.delete(f"{config.stream_prefix}:stream:{run.run_id}") == 1
+            deleted_at = rt.bridge.last_seq(run.run_id)
+            record = await finished(rt, run.run_id, timeout=30)
+        finally:
+            await client.aclose()
+        live = await follower
+        replay = await stream_events(rt, run.run_id, "-1")
+    assert record.status is RunStatus.success
+    check_honest(live)
+    seqs = check_honest(replay)
+    assert deleted_at is not None and seqs[0] > deleted_at, "ids continue after the lost key"
+    assert replay[0].kind is EventKind.gap and replay[0].data["requested_after"] == 0
+    assert rt.bridge.publish_failures == 0
+
+
+async def test_redis_restarted_mid_stream(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
+    config, thread = await _steady_run(keel, private_redis.url)
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "go")
+        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=30))
+        await wait_until(lambda: (rt.bridge.last_seq(run.run_id) or 0) >= 3, what="a few events")
+        private_redis.kill()
+        await wait_until(lambda: rt.bridge.publish_failures > 0, what="a publish to fail")
+        await asyncio.sleep(0.3)
+        private_redis.start()  # same port, empty: every key is gone
+        record = await finished(rt, run.run_id, timeout=30)
+        live = await follower
+    assert record.status is RunStatus.success, record.error
+    check_honest(live)
+    told = any(i.kind is EventKind.gap or i.event == RUN_RECORD_EVENT for i in live)
+    assert told, "the subscriber must learn that it missed events"
+
+
+async def test_end_never_published_ends_from_the_record_within_a_heartbeat(
+    keel: Keel, private_redis: PrivateRedis  # noqa: F811
+) -> None:
+    config = keel.config(stream=private_redis.url)
+    async with keel.open(config) as rt:
+        run = await start(rt, new_thread_id("noend"), "hi")
+        await finished(rt, run.run_id)
+        # The stream as a lost END leaves it: events, no END.
+        await rt.bridge.delete(run.run_id)
+        for n in range(3):
+            await rt.bridge.publish(run.run_id, "values", {"n": n})
+        heartbeat = config.limits.stream_heartbeat_s
+        begin = time.monotonic()
+        items = await stream_events(rt, run.run_id, "-1", timeout=10)
+        took = time.monotonic() - begin
+    assert [i.event for i in items if i.kind is EventKind.data][-1] == RUN_RECORD_EVENT
+    assert items[-1].kind is EventKind.end
+    assert took < 2 * heartbeat + 0.5, f"took {took:.2f} s with a {heartbeat} s heartbeat"
+
+
+@pytest.mark.parametrize("keel_backend", [("memory", "memory")], indirect=True)
+async def test_end_never_published_on_the_memory_bridge(keel: Keel) -> None:
+    async with keel.open(keel.config()) as rt:
+        run = await start(rt, new_thread_id("noend-mem"), "hi")
+        await finished(rt, run.run_id)
+        await rt.bridge.delete(run.run_id)
+        for n in range(2):
+            await rt.bridge.publish(run.run_id, "values", {"n": n})
+        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=10))
+        items = await follower
+    kinds = [(i.kind, i.event) for i in items]
+    assert kinds[-2:] == [(EventKind.data, RUN_RECORD_EVENT), (EventKind.end, "__end__")]
+    assert items[-2].data["status"] == "success"
+    assert [i.data for i in items if i.event == "values"][-2:] == [{"n": 0}, {"n": 1}]
+
+
+async def test_publishes_survive_many_idle_subscribers(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
+    """Idle subscribers have their own pool: 120 of them never make a publish (or a run) fail."""
+    config = keel.config(stream=private_redis.url, limits={"stream_max_subscribers": 121})
+    async with keel.open(config) as rt:
+        idle = [rt.bridge.subscribe(f"idle-{n}") for n in range(120)]
+        try:
+            await asyncio.gather(*(anext(s) for s in idle))
+            assert rt.bridge.subscribers == 120
+            run = await start(rt, new_thread_id("crowd"), "hi")
+            record = await finished(rt, run.run_id)
+            assert record.status is RunStatus.success
+            assert rt.bridge.publish_failures == 0
+            assert check_honest(await stream_events(rt, run.run_id, "-1"))
+            idle.append(rt.bridge.subscribe("one-more"))
+            await anext(idle[-1])
+            with pytest.raises(TooManySubscribers):  # the gateway answers 503 for this one
+                rt.bridge.subscribe(run.run_id)
+        finally:
+            await asyncio.gather(*(s.aclose() for s in idle))
