@@ -12,8 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
-from server_support import slow_input, start_server, write_project, wait_until
-from test_gateway_runs_support import client, fresh_mode, make_config, new_thread, parse_sse, runtime  # noqa: F401
+from server_support import slow_input, start_server, wait_until, write_project
+from test_gateway_runs_support import (  # noqa: F401
+    client,
+    fresh_mode,
+    make_config,
+    new_thread,
+    parse_sse,
+    runtime,
+)
 
 from agentkeel.gateway.app import create_app
 from agentkeel.runtime.runtime import Runtime, open_runtime
@@ -62,7 +69,8 @@ async def _status(http: httpx.AsyncClient, thread: str, run_id: str, status: str
 
 
 async def test_a_cursor_beyond_the_stream_is_an_error_event(
-    client: httpx.AsyncClient, runtime: Runtime,  # noqa: F811
+    client: httpx.AsyncClient,  # noqa: F811
+    runtime: Runtime,  # noqa: F811
 ) -> None:
     thread = await new_thread(runtime)
     body = {"assistant_id": "lead", "input": {"messages": [{"role": "user", "content": "hi"}]}}
@@ -79,8 +87,8 @@ async def test_a_cursor_beyond_the_stream_is_an_error_event(
     assert [f["event"] for f in parse_sse(thread_answer.text) if f.get("event")] == ["error"]
 
 
-async def http_stream(client: httpx.AsyncClient, path: str, body: dict[str, object]) -> str:
-    answer = await client.post(path, json=body)
+async def http_stream(http: httpx.AsyncClient, path: str, body: dict[str, object]) -> str:
+    answer = await http.post(path, json=body)
     assert answer.status_code == 200, answer.text
     return answer.text
 

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import pytest
 from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
-from redis.asyncio import Redis
-from runtime_support import Keel, call, finished, new_thread_id, start, stream_events, turn, wait_until
+from runtime_support import (
+    Keel,
+    call,
+    finished,
+    new_thread_id,
+    start,
+    stream_events,
+    turn,
+    wait_until,
+)
 
 from agentkeel.runtime.bridge import EventKind, StreamEvent, TooManySubscribers
 from agentkeel.runtime.observe import RUN_RECORD_EVENT
-from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.records import RunRecord, RunStatus
+from agentkeel.runtime.runtime import Runtime
 
 # About 2 s of steady events (one or two per turn): every turn lists the workspace after a short think.
 STEADY = [turn(f"Step {n}.", call("ls", path="/workspace"), delay_ms=250) for n in range(16)] + [turn("Done.")]
@@ -43,50 +53,59 @@ def check_honest(items: list[StreamEvent]) -> list[int]:
     return seqs
 
 
-async def _steady_run(keel: Keel, redis_url: str) -> tuple[Any, Any]:
-    config = keel.config({"steady": STEADY}, stream=redis_url)
-    return config, new_thread_id("faults")
+@dataclass
+class Outcome:
+    record: RunRecord
+    live: list[StreamEvent]  # what a subscriber following from the start saw
+    replay: list[StreamEvent]  # a replay from the start after the run ended
+    faulted_at: int  # the publisher's last seq when the fault was injected
+    publish_failures: int
+
+
+async def steady_run_with(
+    keel: Keel, redis: PrivateRedis, fault: Callable[[Runtime, str], Awaitable[None]]
+) -> Outcome:
+    """Run STEADY through the worker, followed from the start; inject ``fault`` after 3 events."""
+    config = keel.config({"steady": STEADY}, stream=redis.url)
+    async with keel.open(config) as rt:
+        run = await start(rt, new_thread_id("faults"), "go")
+        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=30))
+        await wait_until(lambda: (rt.bridge.last_seq(run.run_id) or 0) >= 3, what="a few events")
+        faulted_at = rt.bridge.last_seq(run.run_id) or 0
+        await fault(rt, run.run_id)
+        record = await finished(rt, run.run_id, timeout=30)
+        live = await follower
+        replay = await stream_events(rt, run.run_id, "-1")
+        return Outcome(record, live, replay, faulted_at, rt.bridge.publish_failures)
 
 
 async def test_stream_key_deleted_mid_run(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
-    config, thread = await _steady_run(keel, private_redis.url)
-    async with keel.open(config) as rt:
-        run = await start(rt, thread, "go")
-        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=30))
-        await wait_until(lambda: (rt.bridge.last_seq(run.run_id) or 0) >= 3, what="a few events")
-        client = Redis.from_url(private_redis.url, decode_responses=True)
-        try:
-            assert await client.delete(f"{config.stream_prefix}:stream:{run.run_id}") == 1
-            deleted_at = rt.bridge.last_seq(run.run_id)
-            record = await finished(rt, run.run_id, timeout=30)
-        finally:
-            await client.aclose()
-        live = await follower
-        replay = await stream_events(rt, run.run_id, "-1")
-    assert record.status is RunStatus.success
-    check_honest(live)
-    seqs = check_honest(replay)
-    assert deleted_at is not None and seqs[0] > deleted_at, "ids continue after the lost key"
-    assert replay[0].kind is EventKind.gap and replay[0].data["requested_after"] == 0
-    assert rt.bridge.publish_failures == 0
+    async def delete_key(rt: Runtime, run_id: str) -> None:
+        assert await rt.bridge.exists(run_id)
+        await rt.bridge.delete(run_id)
+
+    outcome = await steady_run_with(keel, private_redis, delete_key)
+    assert outcome.record.status is RunStatus.success
+    check_honest(outcome.live)
+    seqs = check_honest(outcome.replay)
+    assert seqs[0] > outcome.faulted_at, "ids continue after the lost key"
+    assert outcome.replay[0].kind is EventKind.gap and outcome.replay[0].data["requested_after"] == 0
+    assert outcome.publish_failures == 0
 
 
 async def test_redis_restarted_mid_stream(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
-    config, thread = await _steady_run(keel, private_redis.url)
-    async with keel.open(config) as rt:
-        run = await start(rt, thread, "go")
-        follower = asyncio.ensure_future(stream_events(rt, run.run_id, "-1", timeout=30))
-        await wait_until(lambda: (rt.bridge.last_seq(run.run_id) or 0) >= 3, what="a few events")
+    async def restart(rt: Runtime, run_id: str) -> None:
         private_redis.kill()
         await wait_until(lambda: rt.bridge.publish_failures > 0, what="a publish to fail")
         await asyncio.sleep(0.3)
         private_redis.start()  # same port, empty: every key is gone
-        record = await finished(rt, run.run_id, timeout=30)
-        live = await follower
-    assert record.status is RunStatus.success, record.error
-    check_honest(live)
-    told = any(i.kind is EventKind.gap or i.event == RUN_RECORD_EVENT for i in live)
+
+    outcome = await steady_run_with(keel, private_redis, restart)
+    assert outcome.record.status is RunStatus.success, outcome.record.error
+    check_honest(outcome.live)
+    told = any(i.kind is EventKind.gap or i.event == RUN_RECORD_EVENT for i in outcome.live)
     assert told, "the subscriber must learn that it missed events"
+    check_honest(outcome.replay)
 
 
 async def test_end_never_published_ends_from_the_record_within_a_heartbeat(

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentkeel.runtime.bridge.base import (
     CURSOR_AHEAD_EVENT,
     END_EVENT,
@@ -41,24 +43,17 @@ def open_bridge(
 
     Connecting is lazy (on first use), so this never blocks and never fails on a down server.
     """
+    settings: dict[str, Any] = {
+        "retention": retention, "ttl_s": ttl_s, "heartbeat_s": heartbeat_s, "max_subscribers": max_subscribers,
+    }
     if url == "memory":
-        return MemoryStreamBridge(
-            retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers
-        )
+        return MemoryStreamBridge(**settings)
     if url.startswith(_REDIS_SCHEMES):
         # Imported here so a memory-only process never loads the Redis client.
         from agentkeel.runtime.bridge.redis import RedisStreamBridge, open_clients
 
         publisher, subscriber = open_clients(url, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers)
-        return RedisStreamBridge(
-            publisher,
-            subscriber=subscriber,
-            retention=retention,
-            ttl_s=ttl_s,
-            heartbeat_s=heartbeat_s,
-            prefix=prefix,
-            max_subscribers=max_subscribers,
-        )
+        return RedisStreamBridge(publisher, subscriber=subscriber, prefix=prefix, **settings)
     raise ValueError(f"unsupported stream bridge URL {url!r}: use 'memory' or a redis:// URL")
 
 

@@ -191,11 +191,11 @@ class RedisStreamBridge(StreamBridge):
         self,
         client: Redis,
         *,
+        subscriber: Redis | None = None,
+        prefix: str = "agentkeel",
         retention: int,
         ttl_s: float,
         heartbeat_s: float,
-        prefix: str = "agentkeel",
-        subscriber: Redis | None = None,
         max_subscribers: int | None = None,
     ) -> None:
         super().__init__(
