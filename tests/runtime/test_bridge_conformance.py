@@ -302,6 +302,9 @@ async def test_end_after_lost_events_reports_the_gap(bridge: StreamBridge) -> No
     items = await drain(bridge, "r", "2-0")
     assert gaps(items) == [{"requested_after": 2, "resumed_at": 6, "missed": 3}]
     assert items[-1].kind is EventKind.end and items[-1].seq == 5
+    items = await drain(bridge, "r", "1-0")  # data, then the lost stretch, then END
+    assert [i.kind for i in items] == [EventKind.data, EventKind.gap, EventKind.end]
+    assert gaps(items) == [{"requested_after": 2, "resumed_at": 6, "missed": 3}]
 
 
 async def test_subscriber_limit_refuses_up_front(make_bridge: MakeBridge) -> None:

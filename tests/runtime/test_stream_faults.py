@@ -108,6 +108,20 @@ async def test_redis_restarted_mid_stream(keel: Keel, private_redis: PrivateRedi
     check_honest(outcome.replay)
 
 
+async def test_redis_down_when_end_is_published(keel: Keel, private_redis: PrivateRedis) -> None:  # noqa: F811
+    """The run finishes while Redis is down, so END is lost: followers (and later replays) end
+    from the run record instead of heart-beating forever."""
+    async def stay_down(rt: Runtime, run_id: str) -> None:
+        private_redis.kill()
+
+    outcome = await steady_run_with(keel, private_redis, stay_down)
+    assert outcome.record.status is RunStatus.success, outcome.record.error
+    assert outcome.publish_failures > 0
+    for items in (outcome.live, outcome.replay):
+        check_honest(items)
+        assert items[-2].event == RUN_RECORD_EVENT and items[-2].data["status"] == "success"
+
+
 async def test_end_never_published_ends_from_the_record_within_a_heartbeat(
     keel: Keel, private_redis: PrivateRedis  # noqa: F811
 ) -> None:

@@ -23,6 +23,7 @@ from typing import Protocol
 from agentkeel.runtime.bridge import (
     END_EVENT,
     LIVE,
+    BridgeFault,
     EventKind,
     StreamBridge,
     StreamEvent,
@@ -55,7 +56,7 @@ async def observe(
     stream = bridge.subscribe(run_id, last_event_id=last_event_id, heartbeat_s=heartbeat_s)
     wait_s = bridge.heartbeat_s if heartbeat_s is None else heartbeat_s
     cursor: int | None = None  # the position of the last item yielded
-    if not await bridge.exists(run_id) and await _answer_from_record(runtime, run_id):
+    if not await _exists(bridge, run_id) and await _answer_from_record(runtime, run_id):
         await stream.aclose()
         async for item in _from_record(runtime, run_id):
             yield item
@@ -75,6 +76,10 @@ async def observe(
                         break
         except StreamGone:
             finished = await _answer_from_record(runtime, run_id)
+        except BridgeFault:  # the backend is unreachable: the record decides, or we try again
+            finished = await _finished(runtime, run_id)
+            if not finished:
+                await asyncio.sleep(wait_s)
         following = None
         if not finished:  # vanished under a live run: follow its recreation from where we were
             resume = LIVE if cursor is None else format_event_id(cursor)
@@ -84,6 +89,16 @@ async def observe(
             yield item
     async for item in _from_record(runtime, run_id):
         yield item
+
+
+async def _exists(bridge: StreamBridge, run_id: str) -> bool:
+    """Whether the run has a stream; when the backend cannot say, assume so and let the
+    subscription (which outlives outages) and the record decide."""
+    try:
+        return await bridge.exists(run_id)
+    except bridge.faults as exc:
+        log.debug("run %s: checking its stream failed: %r", run_id, exc)
+        return True
 
 
 async def _finished(runtime: _Observable, run_id: str) -> bool:

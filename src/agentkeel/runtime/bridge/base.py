@@ -191,6 +191,12 @@ def _marker(event: str, seq: int, data: Any = None) -> StreamEvent:
     return StreamEvent("", seq, event, data)
 
 
+def _gap(cursor: int, resumed_at: int) -> StreamEvent:
+    """Events after ``cursor`` and before ``resumed_at`` will never be delivered."""
+    gap = {"requested_after": cursor, "resumed_at": resumed_at, "missed": resumed_at - cursor - 1}
+    return _marker(GAP_EVENT, resumed_at - 1, gap)
+
+
 class Reader(ABC):
     """One subscription's access to one run's stream (backend-specific)."""
 
@@ -365,15 +371,15 @@ class StreamBridge(ABC):
                 cursor = (head or 0) if after is None else after
                 while True:
                     batch = await reader.read(cursor, wait_s)
-                    first = batch.events[0].seq if batch.events else batch.end_seq + 1
-                    if (batch.events or batch.ended) and first > cursor + 1:
-                        gap = {"requested_after": cursor, "resumed_at": first, "missed": first - cursor - 1}
-                        yield _marker(GAP_EVENT, first - 1, gap)
-                        cursor = first - 1
+                    if batch.events and batch.events[0].seq > cursor + 1:
+                        yield _gap(cursor, batch.events[0].seq)
                     for item in batch.events:
                         cursor = item.seq
                         yield item
                     if batch.ended:
+                        if batch.end_seq > cursor:  # the last events were lost, not published
+                            yield _gap(cursor, batch.end_seq + 1)
+                            cursor = batch.end_seq
                         yield _marker(END_EVENT, cursor)
                         return
                     if not batch.events:

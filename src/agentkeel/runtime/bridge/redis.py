@@ -63,6 +63,8 @@ PUBLISH_TIMEOUT_S = 2.0
 """Socket timeout of publishes: how long a run may wait on one publish to a hung server."""
 READ_GRACE_S = 2.0
 """How much longer than its ``BLOCK`` a subscriber's read may take before it is abandoned."""
+HEAD_TIMEOUT_S = 3.0
+"""Bound on a subscription's first read (with its retries), so a hung server fails it quickly."""
 HEALTH_CHECK_S = 15
 CLOSE_TIMEOUT_S = 2.0
 POOL_MARGIN = 16
@@ -142,9 +144,10 @@ class _RedisReader(Reader):
 
     async def head(self) -> int | None:
         try:
-            top: Any = await _retrying(lambda: self._client.xrevrange(self._key, count=1))
-        except _TRANSIENT as exc:
-            raise BridgeFault(f"reading stream {self._key!r}: {exc}") from exc
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                top: Any = await _retrying(lambda: self._client.xrevrange(self._key, count=1))
+        except (*_TRANSIENT, TimeoutError) as exc:
+            raise BridgeFault(f"reading stream {self._key!r}: {exc!r}") from exc
         if not top:
             return None
         self._seen = True
