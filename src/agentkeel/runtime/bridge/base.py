@@ -41,7 +41,8 @@ dropped at END, so memory is bounded by the runs in flight.
 Why a failed publish does not raise: the stream is a live view, the durable truth is in the run
 record, checkpoints and journal. A backend fault is logged and counted (``publish_failures``) and
 its seq is skipped, so observers learn about the loss as a ``gap`` once the backend is back. After
-a fault, publishes fail fast for ``FAULT_BACKOFF_S`` instead of each waiting out a timeout.
+a fault, publishes fail fast for a while (``FAULT_BACKOFF_S``, doubling while faults continue)
+instead of each waiting out a timeout.
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ READ_BATCH = 256
 """Most events one backend read returns, so a far-behind subscriber never copies a whole window."""
 
 FAULT_BACKOFF_S = 1.0
-"""After a backend fault, publishes within this long are counted as failed without trying."""
+"""After a backend fault, publishes within this long are counted as failed without trying; the
+window doubles with each consecutive fault up to ``MAX_FAULT_BACKOFF_S`` and resets on success, so
+a hung backend costs a run one timeout per window rather than one per event."""
+MAX_FAULT_BACKOFF_S = 8.0
 
 
 class EventKind(StrEnum):
@@ -242,6 +246,7 @@ class StreamBridge(ABC):
         """Publishes (END included) lost to backend faults since this bridge was opened."""
         self._last: dict[str, int] = {}  # run -> last seq this process published or skipped
         self._faulted_until = 0.0
+        self._backoff_s = FAULT_BACKOFF_S
 
     # -- publishing ------------------------------------------------------------------------------
     def seed(self, run_id: str, floor: int) -> None:
@@ -276,6 +281,7 @@ class StreamBridge(ABC):
             self._skip(run_id, floor)
             return None
         self._last[run_id] = max(self._last.get(run_id, 0), item.seq)
+        self._backoff_s = FAULT_BACKOFF_S
         return item
 
     async def publish_end(self, run_id: str) -> bool:
@@ -286,13 +292,13 @@ class StreamBridge(ABC):
         """
         floor = self._last.pop(run_id, 0)
         if self._faulted():
-            self.publish_failures += 1
             return False
         try:
             await self._append_end(run_id, floor)
         except self.faults as exc:
             self._fault(run_id, "publishing END", exc)
             return False
+        self._backoff_s = FAULT_BACKOFF_S
         return True
 
     def _faulted(self) -> bool:
@@ -303,7 +309,8 @@ class StreamBridge(ABC):
 
     def _fault(self, run_id: str, what: str, exc: BaseException) -> None:
         self.publish_failures += 1
-        self._faulted_until = time.monotonic() + FAULT_BACKOFF_S
+        self._faulted_until = time.monotonic() + self._backoff_s
+        self._backoff_s = min(2 * self._backoff_s, MAX_FAULT_BACKOFF_S)
         log.warning("run %s: %s failed (%s: %s); the stream will show a gap", run_id, what,
                     type(exc).__name__, exc)
 
@@ -371,9 +378,9 @@ class StreamBridge(ABC):
                 cursor = (head or 0) if after is None else after
                 while True:
                     batch = await reader.read(cursor, wait_s)
-                    if batch.events and batch.events[0].seq > cursor + 1:
-                        yield _gap(cursor, batch.events[0].seq)
                     for item in batch.events:
+                        if item.seq > cursor + 1:  # trimmed, or lost to a backend fault
+                            yield _gap(cursor, item.seq)
                         cursor = item.seq
                         yield item
                     if batch.ended:
