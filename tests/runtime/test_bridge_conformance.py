@@ -386,3 +386,16 @@ async def test_concurrent_publishers_and_subscribers(make_bridge: MakeBridge) ->
 
 def test_cross_process_flag(bridge: StreamBridge) -> None:
     assert bridge.cross_process is isinstance(bridge, RedisStreamBridge)
+
+
+async def test_close_ends_subscriptions_promptly(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge()
+    await publish_n(bridge, "r", 1)
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).seq == 1
+        await bridge.close()
+        with pytest.raises(StreamGone):
+            async with asyncio.timeout(2):
+                async for _ in items:
+                    pass
+    assert bridge.closed

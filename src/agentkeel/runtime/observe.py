@@ -75,7 +75,7 @@ async def observe(
                         finished = True
                         break
         except StreamGone:
-            finished = await _answer_from_record(runtime, run_id)
+            finished = bridge.closed or await _answer_from_record(runtime, run_id)
         except BridgeFault:  # the backend is unreachable: the record decides, or we try again
             finished = await _finished(runtime, run_id)
             if not finished:

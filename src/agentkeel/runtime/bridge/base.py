@@ -244,6 +244,8 @@ class StreamBridge(ABC):
         """Subscriptions of this process being iterated now."""
         self.publish_failures = 0
         """Publishes (END included) lost to backend faults since this bridge was opened."""
+        self.closed = False
+        """Set by ``close``: subscriptions then end with ``StreamGone`` (no stream will resume)."""
         self._last: dict[str, int] = {}  # run -> last seq this process published or skipped
         self._faulted_until = 0.0
         self._backoff_s = FAULT_BACKOFF_S
@@ -377,6 +379,8 @@ class StreamBridge(ABC):
                     return
                 cursor = (head or 0) if after is None else after
                 while True:
+                    if self.closed:
+                        raise StreamGone("the stream bridge was closed")
                     batch = await reader.read(cursor, wait_s)
                     for item in batch.events:
                         if item.seq > cursor + 1:  # trimmed, or lost to a backend fault
@@ -406,6 +410,11 @@ class StreamBridge(ABC):
     async def delete(self, run_id: str) -> None:
         """Remove the stream now; its subscribers get ``StreamGone``."""
 
-    @abstractmethod
     async def close(self) -> None:
         """Release resources (memory: drop every stream). Bounded in time."""
+        self.closed = True
+        await self._close()
+
+    @abstractmethod
+    async def _close(self) -> None:
+        """The backend's part of ``close``."""

@@ -167,7 +167,7 @@ class MemoryStreamBridge(StreamBridge):
         if run_id in self._runs:
             self._drop(run_id)
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         for run_id in list(self._runs):
             self._drop(run_id)
         for run in self._waiting.values():

@@ -241,7 +241,7 @@ class RedisStreamBridge(StreamBridge):
     async def delete(self, run_id: str) -> None:
         await self._client.delete(self.key(run_id))
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         for client in dict.fromkeys((self._client, self._subscriber)):
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
