@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
 from server_support import slow_input, start_server, wait_until, write_project
 from test_gateway_runs_support import (  # noqa: F401
     client,
@@ -24,6 +23,7 @@ from test_gateway_runs_support import (  # noqa: F401
 
 from agentkeel.gateway.app import create_app
 from agentkeel.runtime.runtime import Runtime, open_runtime
+from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
 
 
 @pytest.fixture

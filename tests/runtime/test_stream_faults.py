@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
-from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
 from runtime_support import (
     Keel,
     call,
@@ -29,6 +28,7 @@ from agentkeel.runtime.bridge import EventKind, StreamEvent, TooManySubscribers
 from agentkeel.runtime.observe import RUN_RECORD_EVENT
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.runtime import Runtime
+from private_redis import PrivateRedis, private_redis  # noqa: F401 (the fixture)
 
 # About 2 s of steady events (one or two per turn): every turn lists the workspace after a short think.
 STEADY = [turn(f"Step {n}.", call("ls", path="/workspace"), delay_ms=250) for n in range(16)] + [turn("Done.")]
