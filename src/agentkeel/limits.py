@@ -158,6 +158,8 @@ class Limits(_Strict):
     # The most a crash can lose of a run's journal: buffered events are written once the oldest is
     # this old (tool-call intents are written through at once).
     journal_flush_ms: Annotated[int, Field(ge=1, le=60_000)] = 250
+    # Concurrent stream subscribers (SSE streams, joins) one process serves; more get 503.
+    stream_max_subscribers: PositiveInt = 1000
 
     loop_detection: LoopDetectionLimits = Field(default_factory=LoopDetectionLimits)
     token_budget: TokenBudgetLimits = Field(default_factory=TokenBudgetLimits)

@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agentkeel.runtime.bridge import (
+    CURSOR_AHEAD_EVENT,
     END_EVENT,
     GAP_EVENT,
     HEARTBEAT_EVENT,
@@ -23,6 +24,7 @@ from agentkeel.runtime.bridge import (
     StreamClosed,
     StreamEvent,
     StreamGone,
+    TooManySubscribers,
     open_bridge,
     parse_event_id,
 )
@@ -40,9 +42,12 @@ async def make_bridge(
     url = "memory" if request.param == "memory" else request.getfixturevalue("redis_url")
     made: list[StreamBridge] = []
 
-    def make(*, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB) -> StreamBridge:
+    def make(
+        *, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB, max_subscribers: int | None = None
+    ) -> StreamBridge:
         bridge = open_bridge(
-            url, retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, prefix=redis_prefix
+            url, retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, prefix=redis_prefix,
+            max_subscribers=max_subscribers,
         )
         made.append(bridge)
         return bridge
@@ -109,7 +114,7 @@ async def test_data_round_trips_as_json_on_every_backend(bridge: StreamBridge) -
 
 
 async def test_reserved_event_names_are_refused(bridge: StreamBridge) -> None:
-    for name in (END_EVENT, GAP_EVENT, HEARTBEAT_EVENT, ""):
+    for name in (END_EVENT, GAP_EVENT, HEARTBEAT_EVENT, CURSOR_AHEAD_EVENT, ""):
         with pytest.raises(ValueError):
             await bridge.publish("r", name, None)
 
@@ -235,14 +240,86 @@ async def test_retention_bound(make_bridge: MakeBridge) -> None:
     assert seqs(items) == [16, 17, 18, 19, 20]
 
 
-async def test_cursor_beyond_last_published_is_caught_up(bridge: StreamBridge) -> None:
+async def test_cursor_beyond_the_head_is_an_error_not_caught_up(bridge: StreamBridge) -> None:
     await publish_n(bridge, "r", 3)
     async with aclosing(bridge.subscribe("r", last_event_id="10-0")) as items:
-        assert (await anext(items)).kind is EventKind.heartbeat
-        await publish_n(bridge, "r", 1)
-        await bridge.publish_end("r")
-        rest = [item async for item in items if item.kind is not EventKind.heartbeat]
-    assert seqs(rest) == [4] and not gaps(rest)
+        got = [item async for item in items]
+    assert [item.kind for item in got] == [EventKind.error]
+    assert got[0].event == CURSOR_AHEAD_EVENT and got[0].id == ""
+    assert got[0].data | {"message": ""} == {
+        "error": "LastEventIdAhead", "message": "", "last_event_id": 10, "head": 3
+    }
+    assert seqs(await drain_after_end(bridge, "r", "3-0")) == []  # the head itself is fine
+
+
+async def drain_after_end(bridge: StreamBridge, run_id: str, last_event_id: str) -> list[StreamEvent]:
+    await bridge.publish_end(run_id)
+    return await drain(bridge, run_id, last_event_id)
+
+
+async def test_publisher_counter_survives_a_lost_stream(bridge: StreamBridge) -> None:
+    """A deleted (expired, restarted-away) stream continues the publisher's numbering: its
+    subscribers see a gap, never an id reused for another event."""
+    await publish_n(bridge, "r", 4)
+    assert bridge.last_seq("r") == 4
+    await bridge.delete("r")
+    assert [e.seq for e in await publish_n(bridge, "r", 2)] == [5, 6]
+    items = await drain_after_end(bridge, "r", "2-0")
+    assert seqs(items) == [5, 6]
+    assert gaps(items) == [{"requested_after": 2, "resumed_at": 5, "missed": 2}]
+
+
+async def test_seed_continues_another_owners_numbering(make_bridge: MakeBridge) -> None:
+    previous, bridge = make_bridge(), make_bridge()
+    assert bridge.last_seq("r") is None
+    bridge.seed("r", 7)
+    bridge.seed("r", 3)  # never lowers it
+    assert bridge.last_seq("r") == 7
+    assert (await bridge.publish("r", "values", None)).seq == 8
+    assert bridge.last_seq("r") == 8
+    with pytest.raises(ValueError):
+        bridge.seed("r", -1)
+    assert await bridge.publish_end("r") is True
+    assert bridge.last_seq("r") is None  # counters are dropped at END: memory stays bounded
+    items = await drain(bridge, "r")
+    assert seqs(items) == [8] and gaps(items)[0]["missed"] == 7
+    del previous
+
+
+async def test_first_publish_in_a_process_continues_from_the_head(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge()
+    await publish_n(bridge, "r", 3)
+    if bridge.cross_process:  # another process sharing the backend picks up at the head
+        other = make_bridge()
+        assert (await other.publish("r", "values", None)).seq == 4
+        assert other.last_seq("r") == 4
+
+
+async def test_end_after_lost_events_reports_the_gap(bridge: StreamBridge) -> None:
+    await publish_n(bridge, "r", 2)
+    bridge.seed("r", 5)  # as if events 3-5 were lost to backend faults
+    await bridge.publish_end("r")
+    items = await drain(bridge, "r", "2-0")
+    assert gaps(items) == [{"requested_after": 2, "resumed_at": 6, "missed": 3}]
+    assert items[-1].kind is EventKind.end and items[-1].seq == 5
+    items = await drain(bridge, "r", "1-0")  # data, then the lost stretch, then END
+    assert [i.kind for i in items] == [EventKind.data, EventKind.gap, EventKind.end]
+    assert gaps(items) == [{"requested_after": 2, "resumed_at": 6, "missed": 3}]
+
+
+async def test_subscriber_limit_refuses_up_front(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(max_subscribers=2)
+    first, second = bridge.subscribe("r"), bridge.subscribe("r")
+    async with aclosing(first), aclosing(second):
+        assert (await anext(first)).kind is EventKind.heartbeat
+        assert (await anext(second)).kind is EventKind.heartbeat
+        assert bridge.subscribers == 2
+        with pytest.raises(TooManySubscribers):
+            bridge.subscribe("r")
+        assert (await bridge.publish("r", "values", 1)) is not None  # publishing is unaffected
+    assert bridge.subscribers == 0
+    bridge.check_capacity()
+    assert seqs(await drain_after_end(bridge, "r", "-1")) == [1]
 
 
 async def test_ttl_removes_ended_and_abandoned_streams(make_bridge: MakeBridge) -> None:
@@ -309,3 +386,16 @@ async def test_concurrent_publishers_and_subscribers(make_bridge: MakeBridge) ->
 
 def test_cross_process_flag(bridge: StreamBridge) -> None:
     assert bridge.cross_process is isinstance(bridge, RedisStreamBridge)
+
+
+async def test_close_ends_subscriptions_promptly(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge()
+    await publish_n(bridge, "r", 1)
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).seq == 1
+        await bridge.close()
+        with pytest.raises(StreamGone):
+            async with asyncio.timeout(2):
+                async for _ in items:
+                    pass
+    assert bridge.closed

@@ -2,11 +2,11 @@
 
 The model. After ``published`` events with retention ``R`` the retained seqs are
 ``first..published`` with ``first = max(1, published - R + 1)``. A cursor ``c`` (the seq to resume
-after; beyond the last event it counts as caught up, so ``c' = min(c, published)``) receives:
+after) beyond the last event receives only a ``cursor_ahead`` error (at ``published``); otherwise:
 
-* one ``gap`` ``{requested_after: c', resumed_at: first, missed: first - c' - 1}`` iff
-  ``c' < first - 1`` (some event after the cursor is no longer retained), then
-* every retained seq greater than ``c'``, in order, each exactly once, then
+* one ``gap`` ``{requested_after: c, resumed_at: first, missed: first - c - 1}`` iff
+  ``c < first - 1`` (some event after the cursor is no longer retained), then
+* every retained seq greater than ``c``, in order, each exactly once, then
 * END, whose ``seq`` (the subscriber's final position) is ``published``.
 
 The same model covers a subscriber that read up to ``c`` and was then overtaken by trimming.
@@ -29,7 +29,9 @@ Observed = list[tuple[str, Any]]
 
 
 def model(retention: int, published: int, cursor: int) -> Observed:
-    after = min(cursor, published)
+    if cursor > published:
+        return [("error", published)]
+    after = cursor
     first = max(1, published - retention + 1)
     out: Observed = []
     if published and after < first - 1:
@@ -48,14 +50,14 @@ def observe(items: list[StreamEvent]) -> Observed:
         elif item.kind is EventKind.data:
             assert item.data == {"seq": item.seq}, "payload must belong to its seq"
             out.append(("data", item.seq))
-        elif item.kind is EventKind.end:
-            out.append(("end", item.seq))
+        elif item.kind in (EventKind.end, EventKind.error):
+            out.append((item.kind.value, item.seq))
     return out
 
 
 async def _rest(items: Any) -> list[StreamEvent]:
     rest = [item async for item in items if item.kind is not EventKind.heartbeat]
-    assert rest[-1].kind is EventKind.end
+    assert rest[-1].kind in (EventKind.end, EventKind.error)
     return rest
 
 

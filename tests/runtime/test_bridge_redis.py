@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -11,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agentkeel.runtime.bridge import StreamClosed, open_bridge
+from agentkeel.runtime.bridge import EventKind, StreamClosed, open_bridge
 from agentkeel.runtime.bridge.redis import READ_RETRIES, RedisStreamBridge
 
 pytestmark = pytest.mark.redis
@@ -103,9 +105,11 @@ async def test_transient_read_errors_are_retried(
     await bridge.delete("r")
 
 
-async def test_persistent_read_errors_raise_after_bounded_retries(
+async def test_persistent_read_errors_become_heartbeats_after_bounded_retries(
     client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A subscriber outlives a Redis outage: each failed read is retried a bounded number of
+    times, then reported as a heartbeat (so its observer can consult the run record)."""
     bridge = redis_bridge(client, redis_prefix)
     calls = 0
 
@@ -115,9 +119,8 @@ async def test_persistent_read_errors_raise_after_bounded_retries(
         raise RedisConnectionError("connection refused")
 
     monkeypatch.setattr(client, "xread", broken_xread)
-    with pytest.raises(RedisConnectionError):
-        async with asyncio.timeout(5), aclosing(bridge.subscribe("r")) as items:
-            await anext(items)
+    async with asyncio.timeout(5), aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).kind is EventKind.heartbeat
     assert calls == READ_RETRIES + 1
 
 
@@ -141,3 +144,45 @@ async def test_the_configured_stream_prefix_namespaces_a_runtime_keys(
             await rt.bridge.delete("run-prefix")
     finally:
         await client.aclose()
+
+
+async def test_publishing_to_an_unreachable_redis_degrades_and_never_raises(redis_prefix: str) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    bridge = open_bridge(url, retention=10, ttl_s=5, heartbeat_s=0.05, prefix=redis_prefix)
+    try:
+        begin = time.monotonic()
+        assert await bridge.publish("r", "values", 1) is None
+        assert await bridge.publish("r", "values", 2) is None  # within the backoff: not even tried
+        assert await bridge.publish_end("r") is False
+        assert time.monotonic() - begin < 2.5
+        assert bridge.publish_failures == 3
+        assert bridge.last_seq("r") is None  # END (even a lost one) forgets the counter
+        with pytest.raises(ValueError):  # caller bugs still raise
+            await bridge.publish("r", "__end__", None)
+    finally:
+        begin = time.monotonic()
+        await bridge.close()
+        assert time.monotonic() - begin < 5
+
+
+async def test_lost_publishes_skip_their_seqs(client: Redis, redis_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    bridge = redis_bridge(client, redis_prefix, retention=10)
+    await bridge.publish("r", "values", 1)
+    real = bridge._script
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("connection reset")
+
+    monkeypatch.setattr(bridge, "_script", lost)
+    assert await bridge.publish("r", "values", 2) is None
+    assert bridge.last_seq("r") == 2
+    monkeypatch.setattr(bridge, "_script", real)
+    monkeypatch.setattr(bridge, "_faulted_until", 0.0)  # as if the backoff window had passed
+    assert (await bridge.publish("r", "values", 3)).seq == 3
+    await bridge.publish_end("r")
+    async with asyncio.timeout(5), aclosing(bridge.subscribe("r")) as items:
+        got = [(i.kind.value, i.seq) async for i in items]
+    assert got == [("data", 1), ("gap", 2), ("data", 3), ("end", 3)]
+    await bridge.delete("r")

@@ -64,9 +64,10 @@ async def test_replay_is_strictly_after_the_last_event_id(keel: Keel) -> None:
                 assert [(i.id, i.event, i.data) for i in after[:-1]] == [
                     (i.id, i.event, i.data) for i in full[cursor:]
                 ]
-        # At (or beyond) the last event: nothing but END.
-        for form in (full[-1].id, str(len(full) + 50)):
-            assert [i.kind for i in await stream_events(rt, run.run_id, form)] == [EventKind.end]
+        # At the last event: nothing but END; beyond it, an error rather than "caught up".
+        assert [i.kind for i in await stream_events(rt, run.run_id, full[-1].id)] == [EventKind.end]
+        ahead = await stream_events(rt, run.run_id, str(len(full) + 50))
+        assert [i.kind for i in ahead] == [EventKind.error] and ahead[0].data["head"] == len(full)
 
 
 async def test_a_malformed_last_event_id_is_refused(keel: Keel) -> None:

@@ -2,7 +2,8 @@
 
 The status codes follow the LangGraph server (the SDKs map them to exception classes): 404 for a
 missing thread, run or assistant; 409 for a busy thread under ``reject``; 422 for an invalid body
-(naming the field); 503 while shutting down. Anything unexpected is logged with its traceback and
+(naming the field); 503 while shutting down, and for a stream this process has no subscriber
+slot left for (``limits.stream_max_subscribers``). Anything unexpected is logged with its traceback and
 answered with a bare 500, so internals never leak to a caller.
 """
 
@@ -15,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from agentkeel.harness.agents import UnknownAssistant
-from agentkeel.runtime.bridge import InvalidEventId
+from agentkeel.runtime.bridge import InvalidEventId, TooManySubscribers
 from agentkeel.runtime.manager import ShuttingDown
 from agentkeel.runtime.records import ConflictError
 from agentkeel.runtime.requests import RequestError
@@ -76,6 +77,7 @@ async def _invalid_event_id(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _shutting_down(_request: Request, exc: Exception) -> JSONResponse:
+    """Unavailable for now (draining, or no stream subscriber slot left): retry later."""
     return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
 
@@ -92,4 +94,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnknownAssistant, _not_found)
     app.add_exception_handler(InvalidEventId, _invalid_event_id)
     app.add_exception_handler(ShuttingDown, _shutting_down)
+    app.add_exception_handler(TooManySubscribers, _shutting_down)
     app.add_exception_handler(Exception, _internal)

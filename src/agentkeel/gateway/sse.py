@@ -8,8 +8,10 @@ its timeout from them), the stream closed after the run's END (optionally preced
 ``event: end``). A ``gap`` (events trimmed before this client read them) is forwarded, so the
 client knows to reload durable state.
 
-Errors found before the response starts (unknown run, malformed ``Last-Event-ID``) are raised to
-the caller and become JSON errors; once streaming, a failure is an ``error`` event and the close.
+Errors found before the response starts (unknown run, malformed ``Last-Event-ID``, this process at
+its ``limits.stream_max_subscribers``) are raised to the caller and become JSON errors; once
+streaming, a failure is an ``error`` event and the close. So is a ``Last-Event-ID`` beyond the
+run's last event (``LastEventIdAhead``): the client's cursor belongs to another stream.
 
 A client going away is not a request to stop the run, unless it said so (``on_disconnect=cancel``,
 ``cancel_on_disconnect=true``); then the run is cancelled with stop reason ``client_disconnected``.
@@ -46,9 +48,11 @@ def event_stream(
 ) -> EventSourceResponse:
     """The run's events after ``last_event_id`` (``LIVE``: only what comes after joining).
 
-    Raises ``InvalidEventId`` for a malformed cursor, before anything is sent.
+    Raises ``InvalidEventId`` for a malformed cursor and ``TooManySubscribers`` when the process
+    serves its limit of subscribers, before anything is sent.
     """
     parse_event_id(last_event_id)
+    gw.runtime.bridge.check_capacity()
     frames = _frames(gw, run_id, modes, last_event_id, cancel_on_disconnect)
     return EventSourceResponse(
         frames,
@@ -79,6 +83,10 @@ async def _frames(
                 elif item.kind in (EventKind.data, EventKind.gap):
                     for frame in rendered_frames(gw, renderer.feed(item.event, item.data), item.id, renderer.holding):
                         yield frame
+                elif item.kind is EventKind.error:
+                    finished = True
+                    yield sse_frame("error", item.data)
+                    return
                 elif item.kind is EventKind.end:
                     for frame in rendered_frames(gw, renderer.flush(), None, False):
                         yield frame
@@ -128,7 +136,8 @@ def cancel_on_client_disconnect(gw: Gateway, run_id: str) -> None:
 
 
 async def until_end(gw: Gateway, run_id: str) -> None:
-    """Return once the run's END marker is published (at once if it already was)."""
+    """Return once the run's END marker is published (at once if it already was), or its record
+    says it finished (``observe`` checks at every heartbeat)."""
     items = follow_run(gw, run_id, LIVE)
     async with contextlib.aclosing(items):
         async for _item in items:

@@ -89,6 +89,7 @@ async def open_runtime(
         bridge = open_bridge(
             config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
             heartbeat_s=limits.stream_heartbeat_s, prefix=config.stream_prefix,
+            max_subscribers=limits.stream_max_subscribers,
         )
         try:
             await ensure_system_assistants(assistants, harness.assistant_ids)

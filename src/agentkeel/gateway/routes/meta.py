@@ -78,6 +78,12 @@ async def metrics(gw: GW) -> PlainTextResponse:
     metric("agentkeel_runs_in_flight", "gauge", "Runs this process admitted and has not finished.",
            [("", gw.runtime.manager.in_flight)])
     metric("agentkeel_streams_open", "gauge", "Open SSE run streams.", [("", m.streams_open)])
+    bridge = gw.runtime.bridge
+    metric("agentkeel_stream_subscribers", "gauge", "Stream subscriptions this process serves.",
+           [("", bridge.subscribers)])
+    metric("agentkeel_stream_publish_failures_total", "counter",
+           "Stream publishes (END included) lost to stream backend faults; runs go on.",
+           [("", bridge.publish_failures)])
     metric("agentkeel_stream_events_sent_total", "counter", "Run events sent over SSE.",
            [("", m.stream_events_sent)])
     metric("agentkeel_draining", "gauge", "1 while the gateway drains for shutdown.", [("", int(gw.draining))])

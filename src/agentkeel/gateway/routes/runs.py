@@ -162,6 +162,7 @@ def _wait_new(gw: Gateway, record: RunRecord, body: RunCreate, path: str, result
 
 
 def _join(gw: Gateway, record: RunRecord, path: str, cancel_on_disconnect: bool) -> Response:
+    gw.runtime.bridge.check_capacity()
     return json_when_done(
         gw, _result_after_end(gw, record.run_id),
         cancel_run_id=record.run_id if cancel_on_disconnect else None,
@@ -190,12 +191,14 @@ async def create_run(thread_id: str, body: RunCreate, gw: GW, response: Response
 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+    gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record = await _admit(gw, body, thread_id, must_exist=True)
     return _stream_new(gw, record, body, _run_path(record))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+    gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record = await _admit(gw, body, thread_id, must_exist=True)
     return _wait_new(gw, record, body, _run_path(record), _result_after_end(gw, record.run_id))
 
@@ -305,12 +308,14 @@ async def create_stateless_run(body: StatelessRunCreate, gw: GW, response: Respo
 
 @router.post("/runs/stream")
 async def stream_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+    gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record, _cleanup = await _admit_stateless(gw, body)
     return _stream_new(gw, record, body, _run_path(record, stateless=True))
 
 
 @router.post("/runs/wait")
 async def wait_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+    gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record, cleanup = await _admit_stateless(gw, body)
     result = _shielded(cleanup) if cleanup is not None else _result_after_end(gw, record.run_id)
     return _wait_new(gw, record, body, _run_path(record, stateless=True), result)

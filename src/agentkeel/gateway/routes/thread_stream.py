@@ -28,7 +28,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.render import ModeRenderer
-from agentkeel.gateway.sse import follow_run, sse_frame, rendered_frames
+from agentkeel.gateway.sse import follow_run, rendered_frames, sse_frame
 from agentkeel.runtime.bridge import LIVE, EventKind, InvalidEventId, parse_event_id
 from agentkeel.runtime.observe import RUN_RECORD_EVENT
 from agentkeel.runtime.records import RunRecord, RunStatus
@@ -43,6 +43,10 @@ _FROM_START = frozenset({"-1", "-", "0", "0-0"})
 _IDLE_POLL_S = 0.25  # how soon a new run is noticed while nothing is being followed
 _PAGE = 100  # runs read per check: more admitted between two checks than this are not followed
 Modes = Annotated[list[str] | None, Query()]
+
+
+class _CursorRefused(Exception):
+    """The ``Last-Event-ID`` is beyond its run's stream (an error event was sent)."""
 
 
 def _thread_modes(stream_mode: list[str] | None, stream_modes: list[str] | None) -> set[str]:
@@ -74,6 +78,7 @@ async def thread_stream(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     await gw.thread(thread_id)
+    gw.runtime.bridge.check_capacity()
     modes = _thread_modes(stream_mode, stream_modes)
     run_id, event_id = _split_cursor(last_event_id)
     store = gw.runtime.store
@@ -119,6 +124,8 @@ async def _frames(
             queue = [(r, None) for r in await _newer(gw, thread_id, cutoff, seen)]
             if not queue:
                 await asyncio.sleep(_IDLE_POLL_S)
+    except _CursorRefused:  # its error event was sent: the client must pick another cursor
+        return
     except Exception as exc:
         log.exception("thread %s: thread stream failed", thread_id)
         yield sse_frame("error", {"error": type(exc).__name__, "message": "the thread stream failed; reconnect with Last-Event-ID"})
@@ -157,6 +164,9 @@ async def _run_frames(gw: Gateway, record: RunRecord, modes: set[str], cursor: s
                 frames = _kept(renderer.feed(item.event, item.data), kept)
                 for frame in rendered_frames(gw, frames, f"{run_id}:{item.id}" if item.id else None, renderer.holding):
                     yield frame
+            elif item.kind is EventKind.error:
+                yield sse_frame("error", item.data)
+                raise _CursorRefused
             elif item.kind is EventKind.end:
                 for frame in rendered_frames(gw, _kept(renderer.flush(), kept), None, False):
                     yield frame

@@ -6,17 +6,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentkeel.runtime.bridge.base import (
+    CURSOR_AHEAD_EVENT,
     END_EVENT,
     GAP_EVENT,
     HEARTBEAT_EVENT,
     LIVE,
+    BridgeFault,
     EventKind,
     InvalidEventId,
     StreamBridge,
     StreamClosed,
     StreamEvent,
     StreamGone,
+    TooManySubscribers,
     format_event_id,
     parse_event_id,
 )
@@ -26,35 +31,40 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def open_bridge(
-    url: str, *, retention: int, ttl_s: float, heartbeat_s: float, prefix: str = "agentkeel"
+    url: str,
+    *,
+    retention: int,
+    ttl_s: float,
+    heartbeat_s: float,
+    prefix: str = "agentkeel",
+    max_subscribers: int | None = None,
 ) -> StreamBridge:
-    """A bridge for ``url``; ``prefix`` namespaces the Redis keys (ignored by memory).
+    """A bridge for ``url``; ``prefix`` namespaces the Redis keys (ignored by memory);
+    ``max_subscribers`` bounds this process's concurrent subscriptions (``None``: unbounded).
 
     Connecting is lazy (on first use), so this never blocks and never fails on a down server.
     """
+    settings: dict[str, Any] = {
+        "retention": retention, "ttl_s": ttl_s, "heartbeat_s": heartbeat_s, "max_subscribers": max_subscribers,
+    }
     if url == "memory":
-        return MemoryStreamBridge(retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+        return MemoryStreamBridge(**settings)
     if url.startswith(_REDIS_SCHEMES):
         # Imported here so a memory-only process never loads the Redis client.
-        from redis.asyncio import Redis
+        from agentkeel.runtime.bridge.redis import RedisStreamBridge, open_clients
 
-        from agentkeel.runtime.bridge.redis import RedisStreamBridge
-
-        return RedisStreamBridge(
-            Redis.from_url(url, decode_responses=True),
-            retention=retention,
-            ttl_s=ttl_s,
-            heartbeat_s=heartbeat_s,
-            prefix=prefix,
-        )
+        publisher, subscriber = open_clients(url, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers)
+        return RedisStreamBridge(publisher, subscriber=subscriber, prefix=prefix, **settings)
     raise ValueError(f"unsupported stream bridge URL {url!r}: use 'memory' or a redis:// URL")
 
 
 __all__ = [
+    "CURSOR_AHEAD_EVENT",
     "END_EVENT",
     "GAP_EVENT",
     "HEARTBEAT_EVENT",
     "LIVE",
+    "BridgeFault",
     "EventKind",
     "InvalidEventId",
     "MemoryStreamBridge",
@@ -62,6 +72,7 @@ __all__ = [
     "StreamClosed",
     "StreamEvent",
     "StreamGone",
+    "TooManySubscribers",
     "format_event_id",
     "open_bridge",
     "parse_event_id",

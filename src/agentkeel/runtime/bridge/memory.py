@@ -59,16 +59,17 @@ class _Run:
             raise StreamGone("the stream was deleted or expired")
         start = max(0, after + 1 - self.events[0].seq) if self.events else 0
         items = list(islice(self.events, start, start + READ_BATCH))
-        return Batch(items, self.ended and start + len(items) >= len(self.events))
+        return Batch(items, self.ended and start + len(items) >= len(self.events), self.seq)
 
 
 class _MemoryReader(Reader):
-    def __init__(self, bridge: MemoryStreamBridge, run: _Run) -> None:
+    def __init__(self, bridge: MemoryStreamBridge, run_id: str, run: _Run) -> None:
         self._bridge = bridge
+        self._run_id = run_id
         self._run = run
 
-    async def head(self) -> int:
-        return self._run.seq
+    async def head(self) -> int | None:
+        return None if self._bridge._waiting.get(self._run_id) is self._run else self._run.seq
 
     async def read(self, after: int, wait_s: float) -> Batch:
         batch = self._run.batch_after(after)
@@ -87,24 +88,29 @@ class _MemoryReader(Reader):
 class MemoryStreamBridge(StreamBridge):
     cross_process = False
 
-    def __init__(self, *, retention: int, ttl_s: float, heartbeat_s: float) -> None:
-        super().__init__(retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+    def __init__(
+        self, *, retention: int, ttl_s: float, heartbeat_s: float, max_subscribers: int | None = None
+    ) -> None:
+        super().__init__(
+            retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers
+        )
         self._runs: OrderedDict[str, _Run] = OrderedDict()  # written streams, oldest write first
         self._waiting: dict[str, _Run] = {}  # placeholders of unwritten runs with subscribers
 
-    async def _append(self, run_id: str, event: str, payload: str) -> StreamEvent:
+    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
         run = self._writable(run_id)
         if run.ended:
             raise StreamClosed(f"stream {run_id!r} has ended")
-        item = data_event(run.seq + 1, event, payload)
+        item = data_event(max(run.seq, floor) + 1, event, payload)
         run.seq = item.seq
         run.events.append(item)
         self._touch(run_id, run)
         return item
 
-    async def publish_end(self, run_id: str) -> None:
+    async def _append_end(self, run_id: str, floor: int) -> None:
         run = self._writable(run_id)
         if not run.ended:
+            run.seq = max(run.seq, floor)
             run.ended = True
             self._touch(run_id, run)
 
@@ -129,7 +135,7 @@ class MemoryStreamBridge(StreamBridge):
             run = self._waiting.setdefault(run_id, self._new_run())
         run.subscribers += 1
         try:
-            yield _MemoryReader(self, run)
+            yield _MemoryReader(self, run_id, run)
         finally:
             run.subscribers -= 1
             if run.subscribers == 0 and self._waiting.get(run_id) is run:
@@ -161,7 +167,7 @@ class MemoryStreamBridge(StreamBridge):
         if run_id in self._runs:
             self._drop(run_id)
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         for run_id in list(self._runs):
             self._drop(run_id)
         for run in self._waiting.values():

@@ -12,26 +12,41 @@ get unique, contiguous seqs. END is added with ``MAXLEN retention + 1`` so it ne
 event. Every write refreshes the TTL, so a stream expires ``ttl_s`` after its END or after its
 last publish if abandoned.
 
+The append takes the publisher's floor (its last seq, see ``StreamBridge``): the seq is
+``max(newest entry, floor) + 1``, so a key that vanished (deleted, expired, lost in a restart of a
+Redis without persistence) continues the numbering instead of restarting it at 1.
+
+Publishers and subscribers use separate clients and pools: an idle subscriber holds a connection
+in ``XREAD BLOCK`` for a heartbeat at a time, and a pool full of them must never block a publish.
+Both clients have socket and connect timeouts, health checks and keepalive, and no automatic
+retries, so nothing waits on an unreachable or half-open server for long.
+
 Subscribers ``XREAD BLOCK`` for one heartbeat interval at a time. Reads are idempotent, so
-transient connection errors are retried a few times with backoff; publishes are not retried (a
-lost reply could mean the event was stored, and a retry would publish it twice).
+transient connection errors are retried a few times with backoff; a read that still fails (or
+outlasts its heartbeat) counts as a heartbeat, so a subscriber outlives a Redis restart and its
+observer can check the run record meanwhile. Publishes are not retried (a lost reply could mean
+the event was stored, and a retry would publish it twice).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentkeel.runtime.bridge.base import (
     READ_BATCH,
     Batch,
+    BridgeFault,
     Reader,
     StreamBridge,
     StreamClosed,
@@ -41,6 +56,19 @@ from agentkeel.runtime.bridge.base import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+PUBLISH_TIMEOUT_S = 2.0
+"""Socket timeout of publishes: how long a run may wait on one publish to a hung server."""
+READ_GRACE_S = 2.0
+"""How much longer than its ``BLOCK`` a subscriber's read may take before it is abandoned."""
+HEAD_TIMEOUT_S = 3.0
+"""Bound on a subscription's first read (with its retries), so a hung server fails it quickly."""
+HEALTH_CHECK_S = 15
+CLOSE_TIMEOUT_S = 2.0
+POOL_MARGIN = 16
+"""Subscriber connections beyond ``max_subscribers`` (``exists`` checks, draining readers)."""
 
 _CLOSED = "AGENTKEEL_STREAM_CLOSED"
 _APPEND = f"""
@@ -49,17 +77,18 @@ local seq = 0
 if top[1] then
   local id = top[1][1]
   local dash = string.find(id, '-', 1, true)
+  seq = tonumber(string.sub(id, 1, dash - 1))
   if string.sub(id, dash + 1) ~= '0' then
     if ARGV[3] == 'end' then return seq end
     return redis.error_reply('{_CLOSED} stream has ended')
   end
-  seq = tonumber(string.sub(id, 1, dash - 1))
 end
+seq = math.max(seq, tonumber(ARGV[4]))
 if ARGV[3] == 'end' then
   redis.call('XADD', KEYS[1], 'MAXLEN', tonumber(ARGV[1]) + 1, seq .. '-1', 'end', '1')
 else
   seq = seq + 1
-  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[4], 'data', ARGV[5])
+  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return seq
@@ -67,7 +96,26 @@ return seq
 
 READ_RETRIES = 3
 _BACKOFF_S = 0.05
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError)
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def open_clients(url: str, *, heartbeat_s: float, max_subscribers: int | None) -> tuple[Redis, Redis]:
+    """(publisher, subscriber) clients of ``url``, with separate pools and bounded waits."""
+    common: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_S,
+        "socket_keepalive": True,
+        "retry": Retry(NoBackoff(), 0),  # publishes must not repeat; reads retry in _retrying
+    }
+    publisher = Redis.from_url(url, socket_timeout=PUBLISH_TIMEOUT_S, **common)
+    subscriber = Redis.from_url(
+        url,
+        socket_timeout=heartbeat_s + READ_GRACE_S,
+        max_connections=None if max_subscribers is None else max_subscribers + POOL_MARGIN,
+        **common,
+    )
+    return publisher, subscriber
 
 
 def _split_id(entry_id: str) -> tuple[int, bool]:
@@ -94,14 +142,29 @@ class _RedisReader(Reader):
         # "not published yet".
         self._seen = False
 
-    async def head(self) -> int:
-        top: Any = await _retrying(lambda: self._client.xrevrange(self._key, count=1))
+    async def head(self) -> int | None:
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                top: Any = await _retrying(lambda: self._client.xrevrange(self._key, count=1))
+        except (*_TRANSIENT, TimeoutError) as exc:
+            raise BridgeFault(f"reading stream {self._key!r}: {exc!r}") from exc
         if not top:
-            return 0
+            return None
         self._seen = True
         return _split_id(top[0][0])[0]
 
     async def read(self, after: int, wait_s: float) -> Batch:
+        try:
+            async with asyncio.timeout(wait_s + READ_GRACE_S):
+                return await self._read(after, wait_s)
+        except (*_TRANSIENT, TimeoutError) as exc:
+            # Redis is down or hung: report "nothing yet" once the heartbeat is over, so the
+            # observer can consult the run record, and try again after that.
+            log.debug("reading %s failed: %r", self._key, exc)
+            await asyncio.sleep(wait_s)
+            return Batch([], False)
+
+    async def _read(self, after: int, wait_s: float) -> Batch:
         block_ms = max(1, round(wait_s * 1000))
         reply: Any = await _retrying(
             lambda: self._client.xread({self._key: f"{after}-0"}, count=READ_BATCH, block=block_ms)
@@ -115,27 +178,34 @@ class _RedisReader(Reader):
         for entry_id, fields in reply[0][1]:
             seq, is_end = _split_id(entry_id)
             if is_end:
-                return Batch(events, True)
+                return Batch(events, True, seq)
             events.append(data_event(seq, fields["event"], fields["data"]))
         return Batch(events, False)
 
 
 class RedisStreamBridge(StreamBridge):
-    """Takes ownership of ``client`` (``decode_responses=True``); ``close`` closes it."""
+    """Takes ownership of ``client`` (publishes, ``exists``, ``delete``) and ``subscriber``
+    (subscriptions; defaults to ``client``), both ``decode_responses=True``; ``close`` closes them."""
 
     cross_process = True
+    faults: ClassVar[tuple[type[BaseException], ...]] = (RedisError, OSError, BridgeFault)
 
     def __init__(
         self,
         client: Redis,
         *,
+        subscriber: Redis | None = None,
+        prefix: str = "agentkeel",
         retention: int,
         ttl_s: float,
         heartbeat_s: float,
-        prefix: str = "agentkeel",
+        max_subscribers: int | None = None,
     ) -> None:
-        super().__init__(retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s)
+        super().__init__(
+            retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers
+        )
         self._client = client
+        self._subscriber = subscriber or client
         self._prefix = prefix
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self._script = client.register_script(_APPEND)
@@ -143,10 +213,10 @@ class RedisStreamBridge(StreamBridge):
     def key(self, run_id: str) -> str:
         return f"{self._prefix}:stream:{run_id}"
 
-    async def _run_script(self, run_id: str, *args: str) -> int:
+    async def _run_script(self, run_id: str, kind: str, floor: int, *args: str) -> int:
         try:
             seq = await self._script(
-                keys=[self.key(run_id)], args=[self.retention, self._ttl_ms, *args]
+                keys=[self.key(run_id)], args=[self.retention, self._ttl_ms, kind, floor, *args]
             )
         except ResponseError as exc:
             if _CLOSED in str(exc):
@@ -154,16 +224,16 @@ class RedisStreamBridge(StreamBridge):
             raise
         return int(seq)
 
-    async def _append(self, run_id: str, event: str, payload: str) -> StreamEvent:
-        seq = await self._run_script(run_id, "event", event, payload)
+    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
+        seq = await self._run_script(run_id, "event", floor, event, payload)
         return data_event(seq, event, payload)
 
-    async def publish_end(self, run_id: str) -> None:
-        await self._run_script(run_id, "end")
+    async def _append_end(self, run_id: str, floor: int) -> None:
+        await self._run_script(run_id, "end", floor)
 
     @asynccontextmanager
     async def _reader(self, run_id: str) -> AsyncIterator[Reader]:
-        yield _RedisReader(self._client, self.key(run_id))
+        yield _RedisReader(self._subscriber, self.key(run_id))
 
     async def exists(self, run_id: str) -> bool:
         return bool(await self._client.exists(self.key(run_id)))
@@ -171,5 +241,10 @@ class RedisStreamBridge(StreamBridge):
     async def delete(self, run_id: str) -> None:
         await self._client.delete(self.key(run_id))
 
-    async def close(self) -> None:
-        await self._client.aclose()
+    async def _close(self) -> None:
+        for client in dict.fromkeys((self._client, self._subscriber)):
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await client.aclose()
+            except (TimeoutError, RedisError, OSError) as exc:
+                log.warning("closing a Redis client failed: %r", exc)
