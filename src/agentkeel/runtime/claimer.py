@@ -69,7 +69,7 @@ class Claimer:
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery = Recovery(
             deps.store, deps.journal_store, deps.bridge, deps.owner, keeper.expiry,
-            policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
+            limits.stream_retention, policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
         )
         notifier.add_listener(self._heard)
 

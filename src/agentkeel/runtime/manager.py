@@ -87,9 +87,7 @@ class RunManager:
         self._active: dict[str, ActiveRun] = {}
         self._accepting = True
         self._changed = asyncio.Event()  # set (and replaced) whenever a run starts or ends here
-        self.keeper = LeaseKeeper(
-            deps.store, deps.owner, limits.lease_ttl_s, self._active, _last_seq(deps)
-        )
+        self.keeper = LeaseKeeper(deps.store, deps.owner, limits.lease_ttl_s, self._active, deps.bridge.last_seq)
         # Runs admitted here and not yet claimed, for ``executes="own"``.
         self._own: set[str] | None = set() if executes == "own" else None
         self.claimer = (
@@ -294,8 +292,3 @@ def _outcome_of_ended(record: RunRecord) -> CancelOutcome:
     )
     return CancelOutcome.cancelled if cancelled else CancelOutcome.already_finished
 
-
-def _last_seq(deps: WorkerDeps):  # noqa: ANN202 - Callable[[str], int | None]
-    """What this process last published on a run's stream (the bridge's counter), if it knows."""
-    last = getattr(deps.bridge, "last_seq", None)
-    return last if callable(last) else (lambda _run_id: None)

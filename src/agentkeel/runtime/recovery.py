@@ -75,6 +75,22 @@ async def history_of(journal_store: JournalStore, run_id: str) -> tuple[list[dic
     return reasons, usage
 
 
+async def continue_stream(bridge: StreamBridge, record: RunRecord, retention: int) -> None:
+    """Make a new attempt's stream events continue after every id the lost attempt published.
+
+    Where the stream survived (Redis), the bridge numbers on from its head by itself, and the
+    lease-renewal hint (``stream_seq``) is only a floor. Where it did not (the memory bridge died
+    with the process, or the Redis key was lost), the lost owner may have published up to a lease
+    period past its last hint: skipping one retention window beyond the hint keeps every id new,
+    and observers resuming with an old ``Last-Event-ID`` get a ``gap`` (whose count is then an
+    upper bound), never an id they saw before.
+    """
+    floor = record.stream_seq
+    if not await bridge.exists(record.run_id):
+        floor += retention
+    bridge.seed(record.run_id, floor)
+
+
 class Recovery:
     def __init__(
         self,
@@ -83,6 +99,7 @@ class Recovery:
         bridge: StreamBridge,
         owner: str,
         lease_expiry: Callable[[], Any],
+        stream_retention: int,
         policy: Policy,
         resume: Resume,
         on_freed: Callable[[str], Any],
@@ -90,6 +107,7 @@ class Recovery:
         self._store = store
         self._journal_store = journal_store
         self._bridge = bridge
+        self._retention = stream_retention
         self._owner = owner
         self._lease_expiry = lease_expiry
         self._policy = policy
@@ -135,6 +153,7 @@ class Recovery:
 
     async def _end_lost(self, claimed: RunRecord, lost: RunRecord, journal: Journal) -> None:
         reasons, usage = await history_of(self._journal_store, claimed.run_id)
+        await continue_stream(self._bridge, claimed, self._retention)
         control = claimed.control
         status = RunStatus.error
         error: str | None = (f"WorkerLost: the worker {lost.owner} running attempt {lost.attempt} was lost "
@@ -156,7 +175,7 @@ class Recovery:
             data = entry.to_dict()
             journal.record("stop_reason", data, caller="worker", seq=data["seq"])
             reasons.append(data)
-            await self._publish(claimed.run_id, "stop_reason", data)
+            await self._bridge.publish(claimed.run_id, "stop_reason", data)  # a fault only degrades it
         journal.record("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
                                    "recovered": True}, caller="worker")
         await journal.close()
@@ -165,17 +184,9 @@ class Recovery:
         await self._store.set_thread_status(
             finished.thread_id, AFTER_RUN.get(finished.status, "idle"), unless_running=True
         )
-        try:  # after the durable record: an observer that misses END ends from the record
-            await self._bridge.publish_end(claimed.run_id)
-        except Exception:
-            log.exception("run %s: publishing END failed", claimed.run_id)
+        # After the durable record: an observer that misses END ends from the record.
+        await self._bridge.publish_end(claimed.run_id)
         await self._on_freed(finished.thread_id)
 
-    async def _publish(self, run_id: str, event: str, data: Any) -> None:
-        try:
-            await self._bridge.publish(run_id, event, data)
-        except Exception:
-            log.exception("run %s: publishing %s failed", run_id, event)
 
-
-__all__ = ["Recovery", "history_of", "owner_is_dead"]
+__all__ = ["Recovery", "continue_stream", "history_of", "owner_is_dead"]

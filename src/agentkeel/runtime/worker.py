@@ -46,7 +46,7 @@ from agentkeel.runtime.checkpoints import (
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
-from agentkeel.runtime.recovery import history_of
+from agentkeel.runtime.recovery import continue_stream, history_of
 from agentkeel.runtime.serialization import Memo, to_jsonable
 from agentkeel.runtime.side_effects import prior_calls, recovered_notes
 from agentkeel.runtime.snapshots import (
@@ -168,6 +168,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     recovered: dict[str, str] = {}
     if active.resumed_from is not None:
         await _continue_lost_attempt(deps, active, state)
+        await continue_stream(deps.bridge, record, deps.config.limits.stream_retention)
         recovered = recovered_notes(await prior_calls(deps.journal_store, record.run_id))
     state.journal.record(
         "run.start",
