@@ -1,20 +1,24 @@
-"""Executing one admitted run, start to END marker.
+"""Executing one claimed run, start to END marker.
 
-The order is the contract (and ``tests/runtime/test_runtime_*.py`` check it):
+The run arrives ``running`` under this attempt's lease (``claimer.py`` claimed it). The order is
+the contract (and ``tests/runtime/test_runtime_*.py`` check it):
 
 1. journal opened — inside the main ``try``, so even its failure ends in a terminal status and END;
-2. status ``running`` (a fenced write: only this attempt of a pending run can start);
+2. a resumed attempt (``on_worker_lost: resume``) takes over what the lost one recorded: usage,
+   stop reasons, its tool-call intents (never blindly repeated), its stream ids;
 3. the graph is built and the materialized rollback point captured (messages and pending writes);
    if capture fails, a later rollback is *refused* rather than restoring partial or empty history;
 4. workspace snapshot (hash, and content up to a size limit, of every file);
 5. trusted runtime context installed (thread_id, run_id, user — never from the caller);
 6. graph streamed, every chunk published;
 7. ``finally``: processes killed, journal flushed, workspace changes recorded, (rollback applied),
-   usage and stop reasons persisted in one fenced write, thread status updated, completion hooks
-   run — and the END marker published last.
+   usage and stop reasons persisted in one fenced write (retried until it lands or the lease is
+   lost), thread status updated, completion hooks run — and the END marker published last, only
+   once the terminal record is durable.
 
 Finalization is shielded: a second cancel (shutdown) cannot cut it short, so a run never ends
-without its terminal status and END.
+without its terminal status and END — unless its lease is lost, when it writes nothing at all and
+the run's recovery (in whichever process) ends it instead.
 """
 
 from __future__ import annotations
@@ -133,9 +137,6 @@ async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
             data={"recursion_limit": active.prepared.config.get("recursion_limit")},
         )
         await _fail(deps, active, state, exc)
-    except FencedOut as exc:
-        log.warning("run %s could not start: %s", active.record.run_id, exc)
-        state.error = str(exc)
     except Exception as exc:
         await _fail(deps, active, state, exc)
     finally:
