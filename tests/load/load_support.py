@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ ASSISTANTS = {"lead": "fail", "steady": "resume"}  # assistant_id -> on_worker_l
 STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
 TERMINAL = {"success", "error", "timeout", "interrupted"}
 _READY = re.compile(r"AgentKeel worker (\S+) ready")
+_LISTENING = re.compile(r"AgentKeel gateway listening on (\S+)")
 _OVERRIDING_ENV = ("AGENTKEEL_CONFIG", "AGENTKEEL_DATABASE_URL", "AGENTKEEL_REDIS_URL")
 
 
@@ -68,12 +68,6 @@ def write_config(root: Path, database: str, stream: str, prefix: str, lease_ttl_
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Proc:
     """One ``keel worker`` or ``keel serve --no-worker`` child."""
@@ -81,16 +75,13 @@ class Proc:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
-    port: int | None = None  # gateways only
+    gateway: bool = False
+    url: str = ""  # gateways only: where it listens, read from its ready line (it binds port 0)
     owner: str = ""  # workers only: the owner id it claims runs under, read from its ready line
 
     @property
     def pid(self) -> int:
         return self.process.pid
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -117,17 +108,14 @@ def spawn(config: Path, kind: str, name: str) -> Proc:
     env = {k: v for k, v in os.environ.items() if k not in _OVERRIDING_ENV}
     env.setdefault("PYTHONUNBUFFERED", "1")
     base = [sys.executable, "-m", "agentkeel.cli"]
-    port = None
     if kind == "worker":
         command = [*base, "worker", "--config", str(config)]
     else:
-        port = free_port()
-        command = [*base, "serve", "--no-worker", "--config", str(config),
-                   "--host", "127.0.0.1", "--port", str(port)]
+        command = [*base, "serve", "--no-worker", "--config", str(config), "--host", "127.0.0.1", "--port", "0"]
     log = config.parent / f"{name}.log"
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=config.parent)
-    return Proc(name=name, process=process, log=log, port=port)
+    return Proc(name=name, process=process, log=log, gateway=kind != "worker")
 
 
 async def ready(proc: Proc, timeout: float = 60.0) -> Proc:
@@ -137,15 +125,18 @@ async def ready(proc: Proc, timeout: float = 60.0) -> Proc:
         while True:
             if proc.process.poll() is not None:
                 raise RuntimeError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.output()}")
-            if proc.port is None:
+            if not proc.gateway:
                 match = _READY.search(proc.output())
                 if match:
                     proc.owner = match.group(1)
                     return proc
-            else:
+            elif proc.url:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(f"{proc.url}/ok")).status_code == 200:
                         return proc
+            elif match := _LISTENING.search(proc.output()):
+                proc.url = match.group(1)
+                continue
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{proc.name} not ready within {timeout:g} s:\n{proc.output()}")
             await asyncio.sleep(0.1)

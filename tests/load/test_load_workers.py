@@ -84,7 +84,7 @@ class Outcome:
     rows: dict[str, dict[str, Any]]
     journal: list[JournalRow]
     victim: str  # owner id of the killed worker
-    held_by_victim: list[str]  # its running runs just before the kill
+    held_by_victim: list[str]  # its running runs right after the kill
     self_fenced: set[str]  # runs whose live owner logged a lost lease (renewal missed its deadline)
     after: dict[str, str] = field(default_factory=dict)  # thread -> status of its run after the load
 
@@ -185,8 +185,10 @@ async def _drive(config: Path, pg_url: str, victim: Proc, gateways: list[Proc], 
             # Kill while the victim holds runs of both policies, so both recovery paths run.
             while len(load.admitted) < KILL_AFTER or len(set((await owned_running(pg_url, victim.owner)).values())) < 2:
                 await asyncio.sleep(0.05)
-            held = list(await owned_running(pg_url, victim.owner))
             victim.kill()
+            # What it held when it died (a dead owner changes nothing; only a recovery may, and
+            # then the run is no longer the victim's).
+            held = list(await owned_running(pg_url, victim.owner))
             replacement = spawn(config, "worker", "worker-replacement")
             procs.append(replacement)
             await ready(replacement)
