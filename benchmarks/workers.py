@@ -40,14 +40,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "load"))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from gateway import read_stream  # type: ignore[import-not-found]
-from load_support import (  # type: ignore[import-not-found]
+from load_support import (  # type: ignore[import-not-found]  # noqa: E402
     delete_redis_keys,
     journal_rows,
     start_all,
     user_input,
     write_config,
 )
+
+from gateway import read_stream  # type: ignore[import-not-found]  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
