@@ -6,6 +6,7 @@ Tests that need a service skip with a clear reason when it is absent, unless
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -51,9 +52,10 @@ def pg_url() -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def fresh_pg_url(pg_url: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for one test (for schema/migration tests)."""
+@contextlib.contextmanager
+def scratch_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards (request ``pg_url`` first: it checks
+    the server is there)."""
     import psycopg
 
     name = f"keel_t_{uuid.uuid4().hex[:12]}"
@@ -63,6 +65,21 @@ def fresh_pg_url(pg_url: str) -> Iterator[str]:
     yield f"{base}/{name}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_pg_url(pg_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test (for schema/migration tests)."""
+    with scratch_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_pg_url(pg_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database shared by one module's tests (one expensive set-up, checked by
+    several tests)."""
+    with scratch_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

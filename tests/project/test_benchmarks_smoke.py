@@ -1,4 +1,4 @@
-"""The benchmarks still run: ``benchmarks/run_overhead.py`` end to end at a tiny size.
+"""The benchmarks still run: each script end to end at a tiny size.
 
 Only that the code works is checked (every variant runs, its checks of the run hold, the report
 prints), never how fast: timings on a shared test machine prove nothing.
@@ -58,3 +58,19 @@ def test_chain_overhead_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, cap
     out = capsys.readouterr().out
     assert "chain cost in repair mode" in out and "without chain" in out
     assert set(result) == {"per_step_ms", *(f"cost_{name}" for name in bench.VARIANTS)}
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_workers_runs_at_a_tiny_size(
+    pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load("workers", monkeypatch)
+    # Any database on the server will do to create the scratch databases from.
+    results = bench.main(["--runs", "6", "--threads", "3", "--probes", "2", "--pg-admin", pg_url, "--redis", redis_url])
+    out = capsys.readouterr().out
+    assert "runs/s with 2 workers / with 1" in out and "start lag p50 ms" in out
+    assert [r["workers"] for r in results] == [1, 2]
+    for result in results:
+        assert result["statuses"] == {"success"} and result["runs_per_s"] > 0
+        assert len(result["first_event_ms"]) == 2 and len(result["start_lag_ms"]) == 6

@@ -21,6 +21,7 @@ from langgraph.store.base import BaseStore, TTLConfig
 from langgraph.store.memory import InMemoryStore
 
 from agentkeel.runtime.connections import Connections, sqlite_connection
+from agentkeel.runtime.langgraph_setup import serialized_setup
 
 SWEEP_INTERVAL_MINUTES = 5
 TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_INTERVAL_MINUTES}
@@ -80,7 +81,7 @@ async def _open_postgres(connections: Connections) -> AsyncIterator[BaseStore]:
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
     assert connections.pool is not None
-    async with connections.unbounded() as conn:
+    async with connections.unbounded() as conn, serialized_setup(conn):
         await AsyncPostgresStore(conn).setup()
     store = AsyncPostgresStore(connections.pool, ttl=TTL)
     async with _sweeping(store):

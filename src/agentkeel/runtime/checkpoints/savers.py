@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentkeel.runtime.connections import Connections, sqlite_connection
+from agentkeel.runtime.langgraph_setup import serialized_setup
 
 
 @asynccontextmanager
@@ -38,7 +39,7 @@ async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheck
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
         assert connections.pool is not None
-        async with connections.unbounded() as conn:
+        async with connections.unbounded() as conn, serialized_setup(conn):
             await AsyncPostgresSaver(conn).setup()
         yield AsyncPostgresSaver(connections.pool)
 
