@@ -159,8 +159,9 @@ class Recovery:
         error: str | None = (f"WorkerLost: the worker {lost.owner} running attempt {lost.attempt} was lost "
                  "(its process died or its lease expired); the run was not resumed (on_worker_lost: fail)")
         new = []
-        if control is not None:  # the cancel was first; the dead owner never carried it out
-            status, error = RunStatus.interrupted, None
+        already = {e.get("code") for e in reasons}
+        if control is not None and control.get("code") not in already:
+            # The cancel was first and the dead owner never recorded carrying it out.
             new.append(StopReason(
                 code=str(control.get("code") or "cancelled"), source=str(control.get("source") or "manager"),
                 seq=journal.next_seq(), detail=f"{control.get('detail') or ''} (completed by recovery)".strip(),
@@ -171,16 +172,18 @@ class Recovery:
             detail=f"worker {lost.owner} stopped renewing the lease of attempt {lost.attempt}",
             data={"lost_owner": lost.owner, "lost_attempt": lost.attempt, "recovered_by": self._owner},
         ))
+        if control is not None:
+            status, error = RunStatus.interrupted, None
         for entry in new:
             data = entry.to_dict()
             journal.record("stop_reason", data, caller="worker", seq=data["seq"])
             reasons.append(data)
             await self._bridge.publish(claimed.run_id, "stop_reason", data)  # a fault only degrades it
-        journal.record("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
-                                   "recovered": True}, caller="worker")
-        await journal.close()
         completion = Completion(status, reasons, usage.as_dict(), error, acknowledges_control=True)
         finished = await self._store.finish(claimed.run_id, claimed.attempt, completion)
+        journal.record("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
+                                   "recovered": True, "attempt": claimed.attempt}, caller="worker")
+        await journal.close()
         await self._store.set_thread_status(
             finished.thread_id, AFTER_RUN.get(finished.status, "idle"), unless_running=True
         )

@@ -362,8 +362,10 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
 async def _persist(
     deps: WorkerDeps, active: ActiveRun, state: _RunState, rolled_back: bool
 ) -> RunRecord | None:
-    """Journal the end and write the completion, retrying until it lands or the lease is lost.
+    """Write the completion, retrying until it lands or the lease is lost, then journal the end.
 
+    ``run.end`` is journaled only once the completion landed: an attempt that dies or loses its
+    lease before that leaves no end in the journal, so the one its recovery writes is the only one.
     A stored control request that this completion did not carry out was first (a cancel that
     raced the run's own end): the run then ends as the request says, and the write is retried.
     """
@@ -372,10 +374,6 @@ async def _persist(
     journal = state.journal
     bound = deps.config.limits.finalize_step_s
     delay, cap = PERSIST_BACKOFF_S
-    if journal is not None:
-        journal.record("run.end", {"status": state.status.value, "error": state.error,
-                                   "usage": state.usage.as_dict(), "rolled_back": rolled_back})
-        await _step("journal close", active, journal.close(), bound)
     while not active.fenced:
         abort = active.abort
         completion = Completion(
@@ -385,12 +383,9 @@ async def _persist(
         )
         try:
             async with asyncio.timeout(bound):
-                return await deps.store.finish(record.run_id, record.attempt, completion)
+                finished = await deps.store.finish(record.run_id, record.attempt, completion)
         except ControlPending as exc:
             await _carry_out_late_control(active, state, exc.control)
-            if journal is not None:
-                journal.record("run.status", {"status": state.status.value, "reason": "control request"})
-                await _step("journal flush", active, journal.flush(), bound)
         except FencedOut as exc:
             # A newer attempt (or an earlier terminal write) owns the result; never overwrite it.
             log.warning("run %s attempt %s: completion refused: %s", record.run_id, record.attempt, exc)
@@ -400,6 +395,13 @@ async def _persist(
                         record.run_id, delay, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, cap)
+        else:
+            if journal is not None:
+                journal.record("run.end", {"status": finished.status.value, "error": finished.error,
+                                           "usage": finished.usage, "rolled_back": rolled_back,
+                                           "attempt": finished.attempt})
+                await _step("journal close", active, journal.close(), bound)
+            return finished
     return None
 
 
