@@ -116,7 +116,7 @@ async def test_a_worker_that_cannot_confirm_its_lease_stops_and_writes_nothing(
         async def unreachable(*_args: Any, **_kwargs: Any) -> None:
             raise ConnectionError("database unreachable")
 
-        monkeypatch.setattr(rt.store, "renew_lease", unreachable)
+        monkeypatch.setattr(rt.store, "renew_leases", unreachable)
         run = await start(rt, new_thread_id("fenced"), "hi")
         # The owner fences itself; the run is then recovered (by this same live process, once the
         # stored lease expired) and ends with the ownership reason, not as the old attempt saw it.

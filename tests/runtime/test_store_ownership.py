@@ -18,6 +18,7 @@ from agentkeel.runtime.records import (
     empty_usage,
     new_run_id,
 )
+from agentkeel.runtime.stores.base import Lease
 
 CANCEL = {"action": "interrupt", "code": "cancelled", "source": "gateway", "detail": "by request"}
 INTERRUPTED = Completion(RunStatus.interrupted, [{"code": "cancelled"}], empty_usage(), None, True)
@@ -82,25 +83,28 @@ async def test_not_before_delays_the_claim(empty_stores: Stores) -> None:
     assert await run_store.next_start_at() is None
 
 
-async def test_renew_lease_is_fenced_and_keeps_the_highest_stream_seq(stores: Stores, tid: str) -> None:
+async def test_renew_leases_is_fenced_per_run_and_keeps_the_highest_stream_seq(stores: Stores, tid: str) -> None:
     run_store, _ = stores
     await run_store.admit(run(tid))
     run_id = await claim_mine(stores, tid)
-    renewed = await run_store.renew_lease(run_id, 1, "w1", lease(60), stream_seq=7)
-    assert renewed is not None and renewed.stream_seq == 7
-    renewed = await run_store.renew_lease(run_id, 1, "w1", lease(60), stream_seq=3)
-    assert renewed is not None and renewed.stream_seq == 7
-    assert await run_store.renew_lease(run_id, 1, "someone-else", lease()) is None
-    assert await run_store.renew_lease(run_id, 2, "w1", lease()) is None
+    renewed = await run_store.renew_leases("w1", lease(60), [Lease(run_id, 1, 7)])
+    assert renewed[run_id] is not None and renewed[run_id].stream_seq == 7  # type: ignore[union-attr]
+    renewed = await run_store.renew_leases("w1", lease(60), [Lease(run_id, 1, 3)])
+    assert renewed[run_id] is not None and renewed[run_id].stream_seq == 7  # type: ignore[union-attr]
+    assert (await run_store.renew_leases("someone-else", lease(), [Lease(run_id, 1)]))[run_id] is None
+    assert (await run_store.renew_leases("w1", lease(), [Lease(run_id, 2)]))[run_id] is None
+    gone = new_run_id()
+    both = await run_store.renew_leases("w1", lease(), [Lease(run_id, 1), Lease(gone, 1)])
+    assert both[run_id] is not None and both[gone] is None  # one batch, answered run by run
     await run_store.claim(run_id, "w2", lease(), attempt=1)
-    assert await run_store.renew_lease(run_id, 1, "w1", lease()) is None  # superseded
+    assert (await run_store.renew_leases("w1", lease(), [Lease(run_id, 1)]))[run_id] is None  # superseded
 
 
 async def test_expired_runs_and_a_single_recoverer(stores: Stores, tid: str) -> None:
     run_store, _ = stores
     await run_store.admit(run(tid))
     run_id = await claim_mine(stores, tid)
-    await run_store.renew_lease(run_id, 1, "w1", datetime.now(UTC) - timedelta(seconds=1))
+    await run_store.renew_leases("w1", datetime.now(UTC) - timedelta(seconds=1), [Lease(run_id, 1)])
     expired = await run_store.expired_runs(datetime.now(UTC), limit=1000)
     assert run_id in {r.run_id for r in expired}
     results = await asyncio.gather(

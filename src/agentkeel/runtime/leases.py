@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from agentkeel.runtime.active import AbortRequest, ActiveRun
 from agentkeel.runtime.records import RunStatus, utcnow
-from agentkeel.runtime.stores.base import RunStore
+from agentkeel.runtime.stores.base import Lease, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -64,38 +64,46 @@ class LeaseKeeper:
             await self.renew_all()
 
     async def renew_all(self) -> None:
+        """Renew every lease this process holds, in one store transaction."""
         owned = [a for a in self._runs.values() if not a.fenced and a.record.status is RunStatus.running]
         if owned:
-            await asyncio.gather(*(self.renew(active) for active in owned))
+            await self.renew(*owned)
 
-    async def renew(self, active: ActiveRun) -> None:
-        record = active.record
+    async def renew(self, *owned: ActiveRun) -> None:
         sent = time.monotonic()
-        remaining = active.lease_deadline - sent
-        if remaining <= 0:
+        for active in [a for a in owned if a.lease_deadline <= sent]:
             self._lose(active, "its lease could not be confirmed before the deadline")
+        owned = tuple(a for a in owned if not a.fenced)
+        if not owned:
             return
+        leases = [
+            Lease(a.record.run_id, a.record.attempt, self._last_stream_seq(a.record.run_id) or 0)
+            for a in owned
+        ]
         try:
-            async with asyncio.timeout(remaining):
-                renewed = await self._store.renew_lease(
-                    record.run_id, record.attempt, self._owner, self.expiry(),
-                    self._last_stream_seq(record.run_id) or 0,
-                )
-        except Exception as exc:  # unreachable store, or the deadline passed while waiting
-            if time.monotonic() >= active.lease_deadline:
-                self._lose(active, f"its lease could not be confirmed before the deadline ({exc!r})")
-            else:
-                log.warning("run %s: lease renewal failed, retrying: %r", record.run_id, exc)
+            async with asyncio.timeout(min(a.lease_deadline for a in owned) - sent):
+                renewed = await self._store.renew_leases(self._owner, self.expiry(), leases)
+        except Exception as exc:  # unreachable store, or the earliest deadline passed while waiting
+            now = time.monotonic()
+            for active in owned:
+                if now >= active.lease_deadline:
+                    self._lose(active, f"its lease could not be confirmed before the deadline ({exc!r})")
+            log.warning("lease renewal of %d run(s) failed, retrying: %r", len(owned), exc)
             return
-        if renewed is None:
-            current = await self._store.get(record.run_id)
-            if current is not None and current.attempt == record.attempt and current.status.terminal:
-                return  # our own completion landed while the renewal was in flight
-            self._lose(active, "another attempt owns the run, or it ended elsewhere")
-            return
-        active.lease_deadline = sent + self.ttl_s - self.margin_s
-        if renewed.control is not None:
-            apply_control(active, renewed.control)
+        for active in owned:
+            record = renewed.get(active.record.run_id)
+            if record is None:
+                await self._not_renewed(active)
+                continue
+            active.lease_deadline = sent + self.ttl_s - self.margin_s
+            if record.control is not None:
+                apply_control(active, record.control)
+
+    async def _not_renewed(self, active: ActiveRun) -> None:
+        current = await self._store.get(active.record.run_id)
+        if current is not None and current.attempt == active.record.attempt and current.status.terminal:
+            return  # our own completion landed while the renewal was in flight
+        self._lose(active, "another attempt owns the run, or it ended elsewhere")
 
     def _lose(self, active: ActiveRun, why: str) -> None:
         if active.fenced:

@@ -19,6 +19,7 @@ knew it in memory is gone.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -34,6 +35,9 @@ from agentkeel.runtime.thread_status import AFTER_RUN
 from agentkeel.runtime.usage import UsageAccumulator
 
 log = logging.getLogger(__name__)
+
+# Lost runs recovered at once by one sweep (a dead worker may have held many).
+RECOVER_CONCURRENCY = 8
 
 Policy = Callable[[RunRecord], str]  # the run's on_worker_lost: fail | resume
 Resume = Callable[[RunRecord, int], None]  # execute the claimed run; the lost attempt
@@ -120,13 +124,17 @@ class Recovery:
         for record in await self._store.list_runs(statuses=[RunStatus.running], limit=1000):
             if record.owner != self._owner and owner_is_dead(record.owner):
                 lost.setdefault(record.run_id, record)
-        recovered = 0
-        for record in lost.values():
-            try:
-                recovered += await self.recover(record)
-            except Exception:
-                log.exception("recovering run %s failed; the next sweep retries", record.run_id)
-        return recovered
+        gate = asyncio.Semaphore(RECOVER_CONCURRENCY)
+
+        async def one(record: RunRecord) -> bool:
+            async with gate:
+                try:
+                    return await self.recover(record)
+                except Exception:
+                    log.exception("recovering run %s failed; the next sweep retries", record.run_id)
+                    return False
+
+        return sum(await asyncio.gather(*(one(r) for r in lost.values())))
 
     async def recover(self, record: RunRecord) -> bool:
         try:

@@ -14,9 +14,10 @@ The database additionally refuses a second ``running`` run per thread with a par
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentkeel.runtime.records import Completion, RunRecord, RunStatus, ThreadRecord
 
@@ -27,6 +28,14 @@ class AdmitResult:
     # Runs of the thread that were active (pending or running) when this run was admitted,
     # oldest first. The manager displaces them for ``interrupt`` / ``rollback``.
     active_before: list[RunRecord] = field(default_factory=list)
+
+
+class Lease(NamedTuple):
+    """One lease to renew: the run, the attempt that holds it, the last stream id it published."""
+
+    run_id: str
+    attempt: int
+    stream_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,11 +131,14 @@ class RunStore(ABC):
         """The earliest ``not_before`` of a pending run still in the future (a claimer's timer)."""
 
     @abstractmethod
-    async def renew_lease(
-        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
-    ) -> RunRecord | None:
-        """Extend this attempt's lease of a running run; the record (with any ``control``
-        request) or None when the attempt no longer owns it (superseded, or ended)."""
+    async def renew_leases(
+        self, owner: str, lease_expires_at: datetime, leases: Sequence[Lease]
+    ) -> dict[str, RunRecord | None]:
+        """Extend ``owner``'s leases of running runs, all in one transaction (one connection, one
+        commit: a worker's renewals must not queue behind its runs' own writes, one per run).
+
+        For each run: its record (with any ``control`` request), or None when that attempt no
+        longer owns it (superseded, or ended)."""
 
     @abstractmethod
     async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:

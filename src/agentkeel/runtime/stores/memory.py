@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,7 @@ from agentkeel.runtime.records import (
     ThreadRecord,
     utcnow,
 )
-from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, JournalStore, RunStore
+from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, JournalStore, Lease, RunStore
 from agentkeel.runtime.stores.common import (
     as_utc,
     check_admissible,
@@ -239,17 +240,21 @@ class MemoryRunStore(RunStore):
             ]
             return min(times, default=None)
 
-    async def renew_lease(
-        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
-    ) -> RunRecord | None:
+    async def renew_leases(
+        self, owner: str, lease_expires_at: datetime, leases: Sequence[Lease]
+    ) -> dict[str, RunRecord | None]:
         async with self._lock:
-            current = self._runs.get(run_id)
-            if current is None or _fenced(current, attempt, _RUNNING) or current.owner != owner:
-                return None
-            current.lease_expires_at = as_utc(lease_expires_at)
-            current.stream_seq = max(current.stream_seq, stream_seq)
-            current.updated_at = utcnow()
-            return _copy_run(current)
+            renewed: dict[str, RunRecord | None] = {}
+            for lease in leases:
+                current = self._runs.get(lease.run_id)
+                if current is None or _fenced(current, lease.attempt, _RUNNING) or current.owner != owner:
+                    renewed[lease.run_id] = None
+                    continue
+                current.lease_expires_at = as_utc(lease_expires_at)
+                current.stream_seq = max(current.stream_seq, lease.stream_seq)
+                current.updated_at = utcnow()
+                renewed[lease.run_id] = _copy_run(current)
+            return renewed
 
     async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:
         async with self._lock:

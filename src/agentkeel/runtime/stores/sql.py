@@ -7,6 +7,7 @@ Only when it matches nothing is the row read again, to say *why* the writer was 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from agentkeel.runtime.records import (
     ThreadRecord,
     utcnow,
 )
-from agentkeel.runtime.stores.base import AdmitResult, RunStore
+from agentkeel.runtime.stores.base import AdmitResult, Lease, RunStore
 from agentkeel.runtime.stores.common import (
     ACTIVE_VALUES,
     as_utc,
@@ -313,23 +314,27 @@ class SqlRunStore(SqlBacked, RunStore):
         found = await self._db.rows(query)
         return as_utc(found[0]["at"]) if found else None
 
-    async def renew_lease(
-        self, run_id: str, attempt: int, owner: str, lease_expires_at: datetime, stream_seq: int = 0
-    ) -> RunRecord | None:
-        statement = (
-            _fenced_update(run_id, attempt, RunStatus.running.value)
-            .where(runs.c.owner == owner)
-            .values(
-                lease_expires_at=lease_expires_at, updated_at=utcnow(),
-                stream_seq=func.max(runs.c.stream_seq, stream_seq)
-                if self._db.dialect == "sqlite" else func.greatest(runs.c.stream_seq, stream_seq),
-            )
-            .returning(*_RUN_COLUMNS)
-        )
+    async def renew_leases(
+        self, owner: str, lease_expires_at: datetime, leases: Sequence[Lease]
+    ) -> dict[str, RunRecord | None]:
+        greatest = func.max if self._db.dialect == "sqlite" else func.greatest
 
-        async def work(conn: AsyncConnection) -> RunRecord | None:
-            row = await _one(conn, statement)
-            return _to_run(row) if row is not None else None
+        async def work(conn: AsyncConnection) -> dict[str, RunRecord | None]:
+            renewed: dict[str, RunRecord | None] = {}
+            now = utcnow()
+            for lease in leases:
+                statement = (
+                    _fenced_update(lease.run_id, lease.attempt, RunStatus.running.value)
+                    .where(runs.c.owner == owner)
+                    .values(
+                        lease_expires_at=lease_expires_at, updated_at=now,
+                        stream_seq=greatest(runs.c.stream_seq, lease.stream_seq),
+                    )
+                    .returning(*_RUN_COLUMNS)
+                )
+                row = await _one(conn, statement)
+                renewed[lease.run_id] = _to_run(row) if row is not None else None
+            return renewed
 
         return await self._db.transaction(work)
 
