@@ -37,7 +37,7 @@ from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.runtime.active import AbortRequest, ActiveRun, CancelAction
 from agentkeel.runtime.claimer import Claimer
 from agentkeel.runtime.leases import LeaseKeeper, apply_control
-from agentkeel.runtime.notify import CONTROL, WAKE, LocalNotifier, Notifier
+from agentkeel.runtime.notify import CONTROL, WAKE, Notifier
 from agentkeel.runtime.records import (
     Completion,
     ConflictError,
@@ -83,7 +83,7 @@ class RunManager:
         self._deps = deps
         self._harness = harness
         self._limits = limits
-        self._notifier = notifier or LocalNotifier()
+        self._notifier = notifier or Notifier()
         self._active: dict[str, ActiveRun] = {}
         self._accepting = True
         self._changed = asyncio.Event()  # set (and replaced) whenever a run starts or ends here

@@ -5,7 +5,7 @@ A notification is only a wake-up; the run store is the truth. A lost notificatio
 never correctness: every listener also re-reads the store on a timer (the claim sweep and the lease
 renewals), and a listener that reconnects wakes itself because it may have missed some.
 
-``LocalNotifier`` fans out inside one process (the memory store, and SQLite, which has no way to
+``Notifier`` itself fans out inside one process (the memory store, and SQLite, which has no way to
 signal another process: workers there fall back to a short poll). ``PgNotifier`` uses PostgreSQL's
 ``LISTEN``/``NOTIFY``: sending goes through the stores' own connections (``pg_notify`` inside an
 ordinary statement), listening holds one dedicated connection, reconnecting with backoff.
@@ -63,8 +63,6 @@ class Notifier:
             except Exception:
                 log.exception("notification listener failed on %s %s", topic, run_id)
 
-
-LocalNotifier = Notifier
 
 
 class PgNotifier(Notifier):
@@ -139,7 +137,7 @@ def open_notifier(connections: Connections, store: object) -> Notifier:
 
     if isinstance(store, SqlRunStore) and connections.pool is not None:
         return PgNotifier(connections.conninfo, store.pg_notify)
-    return LocalNotifier()
+    return Notifier()
 
 
-__all__ = ["CONTROL", "WAKE", "LocalNotifier", "Notifier", "PgNotifier", "open_notifier"]
+__all__ = ["CONTROL", "WAKE", "Notifier", "PgNotifier", "open_notifier"]

@@ -385,10 +385,6 @@ class SqlRunStore(SqlBacked, RunStore):
 
         await self._db.transaction(work)
 
-    @property
-    def dialect(self) -> str:
-        return self._db.dialect
-
     # -- reads -------------------------------------------------------------------------------
     async def get(self, run_id: str) -> RunRecord | None:
         found = await self._db.rows(_run_query(run_id))
