@@ -128,7 +128,10 @@ class Claimer:
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self._keeper.interval_s)
-            await self.recovery.sweep()
+            try:
+                await self.recovery.sweep()
+            except Exception as exc:  # e.g. the database is unreachable: the next sweep retries
+                log.warning("recovery sweep failed, retrying at the next interval: %r", exc)
 
     async def _claim_one(self) -> bool:
         if self._only is not None and not self._only:

@@ -61,7 +61,10 @@ class LeaseKeeper:
     async def run_forever(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            await self.renew_all()
+            try:
+                await self.renew_all()
+            except Exception:  # the loop must outlive any one failure: deadlines are checked here
+                log.exception("renewing leases failed; retrying at the next interval")
 
     async def renew_all(self) -> None:
         """Renew every lease this process holds, in one store transaction."""
