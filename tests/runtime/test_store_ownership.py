@@ -18,7 +18,7 @@ from agentkeel.runtime.records import (
     empty_usage,
     new_run_id,
 )
-from agentkeel.runtime.stores.base import Lease
+from agentkeel.runtime.stores.base import JournalEvent, Lease
 
 CANCEL = {"action": "interrupt", "code": "cancelled", "source": "gateway", "detail": "by request"}
 INTERRUPTED = Completion(RunStatus.interrupted, [{"code": "cancelled"}], empty_usage(), None, True)
@@ -159,3 +159,16 @@ async def test_claim_next_can_be_limited_to_given_runs(empty_stores: Stores) -> 
     got = await run_store.claim_next("w", lease(), now, run_ids=[b.run_id])
     assert got is not None and got.run_id == b.run_id
     assert (await run_store.get(a.run_id)).status is RunStatus.pending  # type: ignore[union-attr]
+
+
+async def test_the_end_is_journaled_with_the_completion_or_not_at_all(stores: Stores, tid: str) -> None:
+    run_store, journal = stores
+    await run_store.admit(run(tid))
+    run_id = await claim_mine(stores, tid)
+    end = JournalEvent(run_id, tid, 9, "run.end", {"status": "success"})
+    await run_store.claim(run_id, "w2", lease(), attempt=1)
+    with pytest.raises(FencedOut):
+        await run_store.finish(run_id, 1, DONE, end)  # the lost attempt: no record, no end
+    assert await journal.list(run_id) == []
+    await run_store.finish(run_id, 2, DONE, end)
+    assert [(e.seq, e.kind) for e in await journal.list(run_id)] == [(9, "run.end")]

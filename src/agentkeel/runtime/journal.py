@@ -29,8 +29,11 @@ Kinds (``data`` fields; ``caller`` is ``lead`` | ``subagent:<type>`` | ``middlew
 kind               data
 =================  =============================================================================
 run.start          whatever the worker knows at start (assistant, model, attempt, ...)
-run.status         {status, ...} on every status change
-run.end            {status, stop_reason, usage, ...}
+run.status         {status, refused, reason}: a completion refused because a stored control
+                   request came first (the run then ends as the request says)
+run.end            {status, error, usage, attempt, [rolled_back | recovered]}: stored by the run
+                   store in the completion's own transaction, never by this writer
+run.recovered      {lost_owner, lost_attempt, attempt, owner, policy, lease_expired_at}
 model.call         {model, input_tokens, output_tokens, latency_ms, finish_reason, tool_calls: n}
 model.error        {model, error_type, message, latency_ms}
 tool.intent        {call_id, name, idempotent, attempt}: written through BEFORE the tool runs
@@ -202,6 +205,17 @@ class Journal:
             raise JournalWriteError(f"journal {self.run_id}: {kind} seq {seq} not stored: {error!r}") from error
         self._report_drops()
         return seq
+
+    def unbuffered(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None,
+                   *, seq: int | None = None) -> JournalEvent:
+        """An event with a seq of this journal (a new one, or ``seq``) that this writer will not
+        write: the caller stores it itself — the run's ``run.end`` goes into the completion's own
+        transaction (``RunStore.finish``), so the journal ends exactly when the record does."""
+        with self._lock:
+            if seq is None:
+                self._seq += 1
+                seq = self._seq
+        return JournalEvent(self.run_id, self.thread_id, seq, kind, _json_safe(data), caller, utcnow())
 
     def seq_of_tool_call(self, call_id: str) -> int | None:
         """The seq of the ``tool.call`` record of tool call ``call_id``, if one was recorded."""

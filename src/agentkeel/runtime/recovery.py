@@ -188,9 +188,10 @@ class Recovery:
             reasons.append(data)
             await self._bridge.publish(claimed.run_id, "stop_reason", data)  # a fault only degrades it
         completion = Completion(status, reasons, usage.as_dict(), error, acknowledges_control=True)
-        finished = await self._store.finish(claimed.run_id, claimed.attempt, completion)
-        journal.record("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
-                                   "recovered": True, "attempt": claimed.attempt}, caller="worker")
+        await journal.flush()
+        end = journal.unbuffered("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
+                                             "recovered": True, "attempt": claimed.attempt}, caller="worker")
+        finished = await self._store.finish(claimed.run_id, claimed.attempt, completion, end)
         await journal.close()
         await self._store.set_thread_status(
             finished.thread_id, AFTER_RUN.get(finished.status, "idle"), unless_running=True

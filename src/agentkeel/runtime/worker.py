@@ -362,10 +362,12 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
 async def _persist(
     deps: WorkerDeps, active: ActiveRun, state: _RunState, rolled_back: bool
 ) -> RunRecord | None:
-    """Write the completion, retrying until it lands or the lease is lost, then journal the end.
+    """Write the completion, retrying until it lands or the lease is lost.
 
-    ``run.end`` is journaled only once the completion landed: an attempt that dies or loses its
-    lease before that leaves no end in the journal, so the one its recovery writes is the only one.
+    The journal's ``run.end`` is stored in the completion's own transaction: an attempt that dies
+    or loses its lease before the completion lands leaves no end (its recovery's is the only
+    one), and one that dies just after leaves no run without its end. Everything journaled before
+    it is flushed first, so the journal has no hole below its end.
     A stored control request that this completion did not carry out was first (a cancel that
     raced the run's own end): the run then ends as the request says, and the write is retried.
     """
@@ -374,6 +376,7 @@ async def _persist(
     journal = state.journal
     bound = deps.config.limits.finalize_step_s
     delay, cap = PERSIST_BACKOFF_S
+    end_seq: int | None = None
     while not active.fenced:
         abort = active.abort
         completion = Completion(
@@ -381,10 +384,22 @@ async def _persist(
             usage=state.usage.as_dict(), error=state.error,
             acknowledges_control=abort is not None and abort.from_control,
         )
+        end = None
+        if journal is not None:
+            await _step("journal flush", active, journal.flush(), bound)
+            end = journal.unbuffered("run.end", {
+                "status": state.status.value, "error": state.error, "usage": completion.usage,
+                "rolled_back": rolled_back, "attempt": record.attempt,
+            }, seq=end_seq)
+            end_seq = end.seq
         try:
             async with asyncio.timeout(bound):
-                finished = await deps.store.finish(record.run_id, record.attempt, completion)
+                finished = await deps.store.finish(record.run_id, record.attempt, completion, end)
         except ControlPending as exc:
+            if journal is not None and end_seq is not None:  # the seq reserved for the refused end
+                journal.record("run.status", {"status": state.status.value, "refused": True,
+                                              "reason": "a stored control request came first"}, seq=end_seq)
+                end_seq = None
             await _carry_out_late_control(active, state, exc.control)
         except FencedOut as exc:
             # A newer attempt (or an earlier terminal write) owns the result; never overwrite it.
@@ -397,9 +412,6 @@ async def _persist(
             delay = min(delay * 2, cap)
         else:
             if journal is not None:
-                journal.record("run.end", {"status": finished.status.value, "error": finished.error,
-                                           "usage": finished.usage, "rolled_back": rolled_back,
-                                           "attempt": finished.attempt})
                 await _step("journal close", active, journal.close(), bound)
             return finished
     return None

@@ -90,8 +90,13 @@ class RunStore(ABC):
         """
 
     @abstractmethod
-    async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
+    async def finish(
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+    ) -> RunRecord:
         """Write the terminal status, stop reasons, usage and error in one fenced write.
+
+        ``end``: the run's ``run.end`` journal event, stored in the same transaction (idempotent on
+        its seq), so the journal says the run ended exactly when — and only if — its record does.
 
         Only an active run at exactly ``attempt`` is changed; anything else raises ``FencedOut``
         and leaves the stored record untouched (a terminal status is never replaced). While the run

@@ -175,14 +175,17 @@ class MemoryRunStore(RunStore):
             current.updated_at = now
             return _copy_run(current)
 
-    async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
-        return await self._finish(run_id, attempt, completion, ACTIVE_STATUSES)
+    async def finish(
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+    ) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, ACTIVE_STATUSES, end)
 
     async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
         return await self._finish(run_id, attempt, completion, _PENDING)
 
     async def _finish(
-        self, run_id: str, attempt: int, completion: Completion, statuses: frozenset[RunStatus]
+        self, run_id: str, attempt: int, completion: Completion, statuses: frozenset[RunStatus],
+        end: JournalEvent | None = None,
     ) -> RunRecord:
         require_terminal(completion.status)
         async with self._lock:
@@ -200,6 +203,8 @@ class MemoryRunStore(RunStore):
             current.ended_at = now
             current.updated_at = now
             current.lease_expires_at = None
+            if end is not None:  # under this store's lock: no reader sees one without the other
+                await self._journal.append([end])
             return _copy_run(current)
 
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:

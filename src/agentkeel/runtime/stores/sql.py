@@ -28,7 +28,7 @@ from agentkeel.runtime.records import (
     ThreadRecord,
     utcnow,
 )
-from agentkeel.runtime.stores.base import AdmitResult, Lease, RunStore
+from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, Lease, RunStore
 from agentkeel.runtime.stores.common import (
     ACTIVE_VALUES,
     as_utc,
@@ -216,14 +216,17 @@ class SqlRunStore(SqlBacked, RunStore):
                 ) from exc
             raise
 
-    async def finish(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
-        return await self._finish(run_id, attempt, completion, ACTIVE_VALUES)
+    async def finish(
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+    ) -> RunRecord:
+        return await self._finish(run_id, attempt, completion, ACTIVE_VALUES, end)
 
     async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
         return await self._finish(run_id, attempt, completion, (RunStatus.pending.value,))
 
     async def _finish(
-        self, run_id: str, attempt: int, completion: Completion, statuses: tuple[str, ...]
+        self, run_id: str, attempt: int, completion: Completion, statuses: tuple[str, ...],
+        end: JournalEvent | None = None,
     ) -> RunRecord:
         require_terminal(completion.status)
         now = utcnow()
@@ -239,16 +242,26 @@ class SqlRunStore(SqlBacked, RunStore):
         if not completion.acknowledges_control:
             # First action wins: a stored control request outranks a completion that ignores it.
             statement = statement.where(runs.c.control.is_(None))
-        try:
-            return await self._fenced(run_id, attempt, statement)
-        except FencedOut:
-            current = await self.get(run_id)
-            if (
-                current is not None and current.control is not None
-                and current.attempt == attempt and current.status.value in statuses
-            ):
-                raise control_pending(run_id, current.control) from None
-            raise
+
+        async def work(conn: AsyncConnection) -> RunRecord:
+            row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+            if row is None:
+                found = await _one(conn, _run_query(run_id))
+                current = _to_run(found) if found else None
+                if (
+                    current is not None and current.control is not None
+                    and current.attempt == attempt and current.status.value in statuses
+                ):
+                    raise control_pending(run_id, current.control)
+                raise fenced_out(run_id, attempt, current)
+            if end is not None:
+                await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq").values(
+                    run_id=end.run_id, seq=end.seq, thread_id=end.thread_id, kind=end.kind,
+                    caller=end.caller, data=end.data, ts=end.ts or now,
+                ))
+            return _to_run(row)
+
+        return await self._db.transaction(work)
 
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
         statement = _fenced_update(run_id, attempt, *ACTIVE_VALUES).values(
