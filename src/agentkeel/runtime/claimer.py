@@ -23,7 +23,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness
@@ -153,9 +154,7 @@ class Claimer:
         try:
             prepared = prepare_run(request_from_record(record), self._harness, self._limits)
         except Exception as exc:  # e.g. the assistant was removed from the config since admission
-            task = asyncio.create_task(self._refuse(record, exc), name=f"agentkeel-refuse-{record.run_id}")
-            self._tasks.append(task)
-            task.add_done_callback(self._forget)
+            self._spawn(self._refuse(record, exc), f"agentkeel-refuse-{record.run_id}")
             return
         active = ActiveRun(record, prepared, resumed_from=resumed_from)
         self._keeper.start_lease(active, sent)
@@ -187,19 +186,21 @@ class Claimer:
         except FencedOut:
             return
         await self._deps.store.set_thread_status(record.thread_id, "error", unless_running=True)
-        with contextlib.suppress(Exception):
-            await self._deps.bridge.publish_end(record.run_id)
+        await self._deps.bridge.publish_end(record.run_id)  # a backend fault only degrades it
         await self._freed(record.thread_id)
 
     # -- notifications -----------------------------------------------------------------------
     def _heard(self, topic: str, run_id: str) -> None:
         if topic == WAKE:
             self._wake.set()
-        elif topic == CONTROL and run_id in self._runs:
-            active = self._runs[run_id]
-            task = asyncio.get_running_loop().create_task(self._keeper.renew(active))
-            self._tasks.append(task)
-            task.add_done_callback(self._forget)
+        elif topic == CONTROL and run_id in self._runs:  # renewing reads the stored request
+            self._spawn(self._keeper.renew(self._runs[run_id]), f"agentkeel-control-{run_id}")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """A background task ``close`` cancels, forgotten once done."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.append(task)
+        task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         with contextlib.suppress(ValueError):

@@ -212,10 +212,7 @@ class Journal:
         write: the caller stores it itself — the run's ``run.end`` goes into the completion's own
         transaction (``RunStore.finish``), so the journal ends exactly when the record does."""
         with self._lock:
-            if seq is None:
-                self._seq += 1
-                seq = self._seq
-        return JournalEvent(self.run_id, self.thread_id, seq, kind, _json_safe(data), caller, utcnow())
+            return self._event_locked(kind, data, caller, seq)
 
     def seq_of_tool_call(self, call_id: str) -> int | None:
         """The seq of the ``tool.call`` record of tool call ``call_id``, if one was recorded."""
@@ -279,6 +276,13 @@ class Journal:
             self._oldest_at = None
 
     # -- internals ---------------------------------------------------------------------------
+    def _event_locked(self, kind: str, data: dict[str, Any] | None, caller: str | None, seq: int | None) -> JournalEvent:
+        """One event of this journal at ``seq`` (a new one if None); call with the lock held."""
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        return JournalEvent(self.run_id, self.thread_id, seq, kind, _json_safe(data), caller, utcnow())
+
     def _buffer_event(self, kind: str, data: dict[str, Any] | None, caller: str | None, seq: int | None) -> int:
         """Append one event (under the lock) and start whatever write it makes due."""
         flush = arm = False
@@ -289,15 +293,7 @@ class Journal:
                 self._seq += 1
                 seq = self._seq
             try:
-                event = JournalEvent(
-                    run_id=self.run_id,
-                    thread_id=self.thread_id,
-                    seq=seq,
-                    kind=kind,
-                    data=_json_safe(data),
-                    caller=caller,
-                    ts=utcnow(),
-                )
+                event = self._event_locked(kind, data, caller, seq)
             except Exception as exc:
                 raise _Unrecordable(seq) from exc
             self._buffer.append(event)

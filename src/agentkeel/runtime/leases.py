@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from agentkeel.runtime.active import AbortRequest, ActiveRun
 from agentkeel.runtime.records import RunStatus, utcnow
@@ -51,7 +51,8 @@ class LeaseKeeper:
     def interval_s(self) -> float:
         return self.ttl_s / 3
 
-    def expiry(self):  # noqa: ANN201 - a datetime; kept short for the call sites
+    def expiry(self) -> datetime:
+        """The expiry a lease taken or renewed now is stored with."""
         return utcnow() + timedelta(seconds=self.ttl_s)
 
     def start_lease(self, active: ActiveRun, sent_at: float) -> None:
