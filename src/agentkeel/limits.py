@@ -112,11 +112,14 @@ class SanitizationLimits(_Strict):
 
 
 class LLMRetryLimits(_Strict):
-    """Bounded retries of rate limits, 5xx and timeouts."""
+    """Bounded retries of rate limits, 5xx and timeouts. ``max_attempts`` is the number of requests
+    one model call makes (the provider clients' own retries are off); ``max_retry_after_ms`` caps
+    the wait a provider's ``Retry-After`` asks for."""
 
     max_attempts: PositiveInt = 3
     base_delay_ms: Annotated[int, Field(ge=0)] = 1000
     max_delay_ms: Annotated[int, Field(ge=0)] = 8000
+    max_retry_after_ms: Annotated[int, Field(ge=0)] = 60_000
 
     @model_validator(mode="after")
     def _ordered(self) -> LLMRetryLimits:

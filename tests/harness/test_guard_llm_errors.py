@@ -27,8 +27,8 @@ from agentkeel.harness.middleware.llm_error_handling import (
     ModelCallFailed,
     decorrelated_jitter,
     retry_after_ms,
-    retry_reason,
 )
+from agentkeel.harness.provider_errors import classify
 from agentkeel.harness.middleware.responses import is_hint
 from agentkeel.harness.scripted import ScriptExhaustedError
 from agentkeel.harness.scripted.errors import (
@@ -98,8 +98,12 @@ async def test_server_errors_and_timeouts_are_retried_up_to_the_limit(tmp_path: 
 
 async def test_a_bad_request_is_not_retried(tmp_path: Path) -> None:
     sleeps = Sleeps()
-    with pytest.raises(ScriptedBadRequestError, match="scripted bad_request"):
+    with pytest.raises(ModelCallFailed) as info:
         await _run(tmp_path, _script(_fail("bad_request"), {"say": "never"}), sleeps)
+    assert str(info.value) == (
+        "model call refused after 1 attempt (invalid_request, HTTP 400): ScriptedBadRequestError: scripted bad_request"
+    )
+    assert info.value.kind == "invalid_request" and isinstance(info.value.__cause__, ScriptedBadRequestError)
     assert sleeps.waits == []
 
 
@@ -110,7 +114,9 @@ async def test_exhaustion_raises_model_call_failed_out_of_the_run(tmp_path: Path
     with pytest.raises(ModelCallFailed) as info:
         await harness.run()
     error = info.value
-    assert str(error) == "model call failed after 3 attempts: ScriptedRateLimitError: scripted rate_limit"
+    assert str(error) == (
+        "model call failed after 3 attempts (rate_limit, HTTP 429): ScriptedRateLimitError: scripted rate_limit"
+    )
     assert error.attempts == 3
     assert isinstance(error.__cause__, ScriptedRateLimitError)
     assert len(harness.log.requests) == 3 and len(sleeps.waits) == 2
@@ -121,7 +127,7 @@ async def test_exhaustion_raises_model_call_failed_out_of_the_run(tmp_path: Path
 
 async def test_a_single_attempt_budget_fails_at_once(tmp_path: Path) -> None:
     sleeps = Sleeps()
-    with pytest.raises(ModelCallFailed, match="after 1 attempts: ScriptedServerError"):
+    with pytest.raises(ModelCallFailed, match=r"after 1 attempt \(server_error, HTTP 500\): ScriptedServerError"):
         await _run(tmp_path, _script(_fail("server_error"), {"say": "x"}), sleeps,
                    limits=LLMRetryLimits(max_attempts=1, base_delay_ms=10, max_delay_ms=10))
     assert sleeps.waits == []
@@ -234,7 +240,7 @@ class _ResponseStatus(Exception):
         self.response = type("Response", (), {"status_code": status, "headers": {}})()
 
 
-@pytest.mark.parametrize(("error", "reason"), [
+@pytest.mark.parametrize(("error", "kind"), [
     (ScriptedRateLimitError("x"), "rate_limit"),
     (ScriptedServerError("x"), "server_error"),
     (ScriptedTimeoutError("x"), "timeout"),
@@ -249,20 +255,20 @@ class _ResponseStatus(Exception):
     (_Status(408), "timeout"),
     (_Status(409), "conflict"),
     (_Status(429), "rate_limit"),
-    (_Status(400), None),
-    (_Status(401), None),
-    (_Status(403), None),
-    (_Status(404), None),
-    (_ResponseStatus(422), None),
-    (ScriptedBadRequestError("x"), None),
-    (StrictRequestError(3, "rule", 2, "detail"), None),
+    (_Status(400), "invalid_request"),
+    (_Status(401), "auth"),
+    (_Status(403), "auth"),
+    (_Status(404), "not_found"),
+    (_ResponseStatus(422), "invalid_request"),
+    (ScriptedBadRequestError("x"), "invalid_request"),
+    (StrictRequestError(3, "rule", 2, "detail"), "invalid_request"),
     (ScriptExhaustedError("lead", 0, 4), None),
     (GraphInterrupt(), None),
     (asyncio.CancelledError(), None),
     (ValueError("bad"), None),
 ])
-def test_retry_reason(error: BaseException, reason: str | None) -> None:
-    assert retry_reason(error) == reason
+def test_classification(error: BaseException, kind: str | None) -> None:
+    assert classify(error).kind == kind
 
 
 def test_retry_after_parsing() -> None:

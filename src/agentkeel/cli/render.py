@@ -47,6 +47,43 @@ def progress_lines(event: str, data: Any) -> list[str]:
     return lines
 
 
+def why_lines(ledger: dict[str, Any]) -> list[str]:
+    """The plain-text answer to "why did it stop?" before the stop reasons are listed.
+
+    "Finished cleanly" only for a success with no stop reason; a failed run says what failed —
+    the error type and message, the model (configured name and ``provider:model``), the kind of
+    provider error and the key variable to check when the provider rejected the key.
+    """
+    status, reasons = ledger["status"], ledger["stop_reasons"]
+    if status == "success":
+        if reasons:
+            return []  # capped: the reasons below say why
+        return ["  finished cleanly: the model gave its final answer; no guard or limit stopped it"]
+    if status == "error":
+        return _error_lines(ledger)
+    if status == "interrupted" and not reasons:
+        return ["  interrupted before it finished (no stop reason was recorded)"]
+    if status == "timeout" and not reasons:
+        return [f"  timed out: {ledger.get('error') or 'the run exceeded its wall-clock limit'}"]
+    return []
+
+
+def _error_lines(ledger: dict[str, Any]) -> list[str]:
+    detail = ledger.get("error_detail") or {}
+    if not detail:
+        return [f"  failed: {ledger.get('error') or 'the run ended in error (no message was recorded)'}"]
+    kind = f" ({detail['kind']})" if detail.get("kind") else ""
+    status = f", HTTP {detail['status']}" if detail.get("status") is not None else ""
+    lines = [f"  failed: {detail.get('type')}{kind}{status}: {detail.get('message')}"]
+    if detail.get("model"):
+        attempts = detail.get("attempts")
+        tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
+        lines.append(f"  model {detail['model']} ({detail.get('use')}){tried}")
+    if detail.get("key_env"):
+        lines.append(f"  check the API key in the environment variable {detail['key_env']}")
+    return lines
+
+
 def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
     status = ledger["status"]
     colour = {"success": "green", "error": "red", "timeout": "red", "interrupted": "yellow"}.get(status, "white")
@@ -61,8 +98,8 @@ def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
         console.print(f"[red]error:[/] {ledger['error']}")
 
     console.print("\n[bold]Why did it stop?[/]")
-    if not ledger["stop_reasons"]:
-        console.print("  finished cleanly: the model gave its final answer; no guard or limit stopped it")
+    for line in why_lines(ledger):
+        console.print(line, markup=False, highlight=False)
     for entry in ledger["stop_reasons"]:
         primary = " [bold](primary)[/]" if entry["code"] == ledger["stop_reason"] else ""
         console.print(f"  seq {entry['seq']:>4} {entry['code']}{primary} [{entry['class']}] from {entry['source']}: {entry['detail']}")

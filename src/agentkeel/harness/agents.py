@@ -21,6 +21,7 @@ from agentkeel.harness.context import RunContext
 from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_reference, materialize_graph
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.chain import Chain
+from agentkeel.harness.middleware.llm_error_handling import ModelRef
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
@@ -30,6 +31,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "/workspace/outputs. Read a file before you change it, and finish with a short summary."
 )
 
+
+# One model call's bound when the config names none (``models[].timeout_s``).
+DEFAULT_CALL_TIMEOUT_S = 60.0
 
 # Run-config metadata key: model turns the lead already made in earlier attempts of the run (a
 # resumed run); a scripted model continues its script there instead of replaying it from turn 1.
@@ -96,7 +100,16 @@ class Harness:
             limits,
             strict_grammar=limits.request_grammar.mode == "strict" or self.models.strict(resolved.model_name),
             extra=[factory() for factory in self._extra_middleware.get(resolved.assistant_id, [])],
+            model=self.model_ref(resolved.model_name),
         )
+
+    def model_ref(self, name: str) -> ModelRef:
+        """What the retry layer needs to know of a configured model: its names for error messages,
+        its key variable, and one call's bound (``models[].timeout_s``, default 60 s)."""
+        model = self.models.check(name)
+        timeout_s = getattr(model, "timeout_s", DEFAULT_CALL_TIMEOUT_S)
+        return ModelRef(name=model.name, use=model.use, key_env=model.api_key_env,
+                        timeout_s=None if timeout_s is None else float(timeout_s))
 
     async def build(
         self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None,

@@ -8,6 +8,13 @@ and can be skipped or reordered. Everything the handler touches (``Journal.recor
 
 The handler never raises into the graph: ``raise_error`` is False and every hook is guarded, so a
 malformed response costs one journal record, not the run.
+
+A call whose provider reported no usage (no ``usage_metadata``, or zero on both sides — common for
+streams from OpenAI-compatible servers) is counted by estimate (:mod:`agentkeel.harness.token_estimate`:
+characters of the request's messages and of the response, divided by four) and its ``model.call``
+record says ``estimated: true``; the run's usage meter, which the token budget reads, counts it like
+any other call, so the budget binds on every path. A failed call's ``model.error`` record carries the
+error's ``kind`` and HTTP ``status`` (:mod:`agentkeel.harness.provider_errors`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 from langgraph.errors import GraphInterrupt
 
+from agentkeel.harness.provider_errors import classify
+from agentkeel.harness.token_estimate import approx_tokens, messages_tokens
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.usage import UsageAccumulator, caller_from_tags
 
@@ -51,6 +60,7 @@ class _Started:
     caller: str
     name: str  # model name hint (chat models) or tool name
     call_id: str | None = None
+    request_tokens: int = 0  # estimated tokens of a model request, used when the provider reports none
 
 
 class JournalCallbackHandler(BaseCallbackHandler):
@@ -78,7 +88,8 @@ class JournalCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_started(run_id, tags, metadata, kwargs)
+        request = messages[0] if messages else []
+        self._model_started(run_id, tags, metadata, kwargs, messages_tokens(request))
 
     @_guarded
     def on_llm_start(
@@ -91,14 +102,17 @@ class JournalCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_started(run_id, tags, metadata, kwargs)
+        self._model_started(run_id, tags, metadata, kwargs, approx_tokens(len(prompts[0]) if prompts else 0))
 
     def _model_started(
-        self, run_id: UUID, tags: list[str] | None, metadata: dict[str, Any] | None, kwargs: dict[str, Any]
+        self, run_id: UUID, tags: list[str] | None, metadata: dict[str, Any] | None, kwargs: dict[str, Any],
+        request_tokens: int,
     ) -> None:
         params = kwargs.get("invocation_params") or {}
         hint = (metadata or {}).get("ls_model_name") or params.get("model") or params.get("model_name")
-        self._models[run_id] = _Started(time.monotonic(), caller_from_tags(tags), str(hint or ""))
+        self._models[run_id] = _Started(
+            time.monotonic(), caller_from_tags(tags), str(hint or ""), request_tokens=request_tokens
+        )
 
     @_guarded
     def on_llm_end(
@@ -119,6 +133,10 @@ class JournalCallbackHandler(BaseCallbackHandler):
             or "unknown"
         )
         tokens_in, tokens_out = _token_counts(message, llm_output)
+        estimated = tokens_in == 0 and tokens_out == 0
+        if estimated:
+            tokens_in = started.request_tokens if started else 0
+            tokens_out = messages_tokens([message]) if isinstance(message, BaseMessage) else 0
         self._journal.record(
             "model.call",
             {
@@ -130,6 +148,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
                 or meta.get("stop_reason")
                 or info.get("finish_reason"),
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
+                "estimated": estimated,
             },
             caller=caller,
         )
@@ -140,11 +159,14 @@ class JournalCallbackHandler(BaseCallbackHandler):
         self, error: BaseException, *, run_id: UUID, tags: list[str] | None = None, **kwargs: Any
     ) -> None:
         started = self._models.pop(run_id, None)
+        info = classify(error)
         self._journal.record(
             "model.error",
             {
                 "model": (started.name if started else "") or "unknown",
                 "error_type": type(error).__name__,
+                "kind": info.kind,
+                "status": info.status,
                 "message": str(error)[:2000],
                 "latency_ms": _elapsed_ms(started),
             },

@@ -19,7 +19,7 @@ from agentkeel.runtime.stores.base import JournalStore
 
 _RECORD_FIELDS = (
     "run_id", "thread_id", "assistant_id", "status", "attempt",
-    "stop_reason", "stop_reasons", "error", "usage",
+    "stop_reason", "stop_reasons", "error", "error_detail", "usage",
 )
 
 

@@ -127,6 +127,9 @@ class RunRecord:
     stop_reasons: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=empty_usage)
     error: str | None = None
+    # Why a failed run failed, as data: {type, message, kind, status, code, attempts, model, use,
+    # key_env} (model fields set when a model call failed); None for a run that did not fail.
+    error_detail: dict[str, Any] | None = None
     # A pending run is not claimed before this instant (``after_seconds``).
     not_before: datetime | None = None
     # A stored cancel / interrupt / rollback request (first one wins), read by the owner wherever
@@ -164,6 +167,7 @@ class RunRecord:
             "stop_reason": self.stop_reason,
             "usage": self.usage,
             "error": self.error,
+            "error_detail": self.error_detail,
             "not_before": _iso(self.not_before),
             "control": self.control,
         }
@@ -180,6 +184,7 @@ class Completion:
     # True when this completion is the owner carrying out the run's stored control request; a
     # completion that does not acknowledge a stored request is refused (``ControlPending``).
     acknowledges_control: bool = False
+    error_detail: dict[str, Any] | None = None  # why a failed run failed, as data
 
 
 @dataclass

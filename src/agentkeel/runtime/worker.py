@@ -36,6 +36,7 @@ from langgraph.store.base import BaseStore
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import TURNS_DONE_KEY, Harness
 from agentkeel.harness.context import RunContext
+from agentkeel.harness.middleware.llm_error_handling import ModelCallFailed
 from agentkeel.harness.stop_reasons import StopReasonCollector
 from agentkeel.runtime.active import AbortRequest, ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
@@ -93,6 +94,7 @@ class _RunState:
 
     status: RunStatus = RunStatus.error
     error: str | None = None
+    error_detail: dict[str, Any] | None = None
     journal: Journal | None = None
     usage: UsageAccumulator = field(default_factory=UsageAccumulator)
     tracker: ChangeTracker = field(default_factory=ChangeTracker)
@@ -289,9 +291,15 @@ def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:
 async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: BaseException) -> None:
     state.status = RunStatus.error
     state.error = f"{type(exc).__name__}: {exc}"
+    # A model call that cannot succeed says which model, what the provider said and which key to
+    # check; any other failure says at least its type and message.
+    state.error_detail = (
+        exc.detail() if isinstance(exc, ModelCallFailed) else {"type": type(exc).__name__, "message": str(exc)}
+    )
     log.info("run %s failed: %s", active.record.run_id, state.error)
     if state.journal:
-        state.journal.record("error", {"type": type(exc).__name__, "message": str(exc)})
+        state.journal.record("error", {"type": type(exc).__name__, "message": str(exc),
+                                       "detail": state.error_detail})
     await _publish(deps, active, "error", {"error": type(exc).__name__, "message": str(exc)})
 
 
@@ -381,7 +389,7 @@ async def _persist(
         abort = active.abort
         completion = Completion(
             status=state.status, stop_reasons=state.collector.entries,
-            usage=state.usage.as_dict(), error=state.error,
+            usage=state.usage.as_dict(), error=state.error, error_detail=state.error_detail,
             acknowledges_control=abort is not None and abort.from_control,
         )
         end = None

@@ -40,7 +40,7 @@ CancelAction = Literal["interrupt", "rollback"]
 
 _RUN_FIELDS = (
     "run_id", "thread_id", "assistant_id", "metadata", "status", "kwargs", "multitask_strategy",
-    "created_at", "updated_at", "attempt", "stop_reasons", "stop_reason", "usage", "error",
+    "created_at", "updated_at", "attempt", "stop_reasons", "stop_reason", "usage", "error", "error_detail",
 )
 
 

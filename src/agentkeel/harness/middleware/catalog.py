@@ -17,7 +17,7 @@ from agentkeel.harness.middleware.clarification import Clarification
 from agentkeel.harness.middleware.contracts import ChainKind
 from agentkeel.harness.middleware.dangling_tool_call import DanglingToolCall
 from agentkeel.harness.middleware.input_sanitization import InputSanitization
-from agentkeel.harness.middleware.llm_error_handling import LLMErrorHandling
+from agentkeel.harness.middleware.llm_error_handling import LLMErrorHandling, ModelRef
 from agentkeel.harness.middleware.loop_detection import LoopDetection
 from agentkeel.harness.middleware.model_length import ModelLengthFinishReason
 from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
@@ -55,11 +55,12 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
 """Every AgentKeel middleware; their ``mandatory_for`` declarations are enforced on every chain."""
 
 
-def guard_members(kind: ChainKind, limits: Limits) -> list[KeelMiddleware]:
-    """Fresh guard instances for one run of an agent of ``kind`` (unordered)."""
+def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None) -> list[KeelMiddleware]:
+    """Fresh guard instances for one run of an agent of ``kind`` (unordered). ``model``: the model
+    the chain calls (its errors name it; its ``timeout_s`` bounds each attempt)."""
     members: list[KeelMiddleware] = [
         DanglingToolCall(),
-        LLMErrorHandling(limits.llm_retry),
+        LLMErrorHandling(limits.llm_retry, model=model),
         ToolErrorHandling(),
         LoopDetection(limits.loop_detection),
         TokenBudget(limits.token_budget),
@@ -86,11 +87,12 @@ def guard_members(kind: ChainKind, limits: Limits) -> list[KeelMiddleware]:
 
 
 def build_agent_chain(
-    kind: ChainKind, limits: Limits, *, strict_grammar: bool = False, extra: Sequence[Any] = ()
+    kind: ChainKind, limits: Limits, *, strict_grammar: bool = False, extra: Sequence[Any] = (),
+    model: ModelRef | None = None,
 ) -> Chain:
     """The checked chain for one run: the guards plus ``extra`` (third-party) middleware, ordered
     by their contracts. ``strict_grammar`` makes every member attribute grammar violations."""
-    members: list[Any] = [*guard_members(kind, limits), *extra]
+    members: list[Any] = [*guard_members(kind, limits, model), *extra]
     for member in members:
         if isinstance(member, KeelMiddleware):
             member.strict_grammar = strict_grammar

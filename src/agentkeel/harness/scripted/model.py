@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
-import math
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ from pydantic import Field, PrivateAttr
 from agentkeel.harness.scripted.errors import PROVIDER_ERRORS, ScriptExhaustedError, ScriptExpectationError
 from agentkeel.harness.scripted.script import FALLBACK_ERROR, Script, Turn, UsageSpec, render
 from agentkeel.harness.scripted.strict import check_request
+from agentkeel.harness.token_estimate import approx_tokens
 
 
 class AgentCursor:
@@ -308,14 +308,9 @@ def _args_json(args: Mapping[str, Any]) -> str:
     return json.dumps(args, ensure_ascii=False, default=str)
 
 
-def _approx_tokens(chars: int) -> int:
-    """The usual four-characters-per-token estimate, never below one token."""
-    return max(1, math.ceil(chars / 4))
-
-
 def _usage(spec: UsageSpec, request_chars: int, answer_chars: int) -> UsageMetadata:
-    input_tokens = _approx_tokens(request_chars) if spec.input == "auto" else spec.input
-    output_tokens = _approx_tokens(answer_chars) if spec.output == "auto" else spec.output
+    input_tokens = approx_tokens(request_chars) if spec.input == "auto" else spec.input
+    output_tokens = approx_tokens(answer_chars) if spec.output == "auto" else spec.output
     return UsageMetadata(
         input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
     )

@@ -59,6 +59,7 @@ def _copy_run(record: RunRecord) -> RunRecord:
         metadata=_json(record.metadata),
         stop_reasons=_json(record.stop_reasons),
         usage=_json(record.usage),
+        error_detail=_json(record.error_detail),
     )
 
 
@@ -200,6 +201,7 @@ class MemoryRunStore(RunStore):
             current.stop_reasons = stop_reasons
             current.usage = usage
             current.error = completion.error
+            current.error_detail = _json(completion.error_detail)
             current.ended_at = now
             current.updated_at = now
             current.lease_expires_at = None

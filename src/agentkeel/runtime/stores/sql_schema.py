@@ -98,6 +98,7 @@ runs = Table(
     Column("not_before", UtcDateTime),
     Column("control", NullableJson),
     Column("stream_seq", Integer, nullable=False, server_default=text("0")),
+    Column("error_detail", NullableJson),
     CheckConstraint(f"status IN ({RUN_STATUS_SQL})", name="ck_runs_status"),
     Index("ix_runs_thread_status", "thread_id", "status"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),

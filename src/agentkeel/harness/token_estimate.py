@@ -1,0 +1,42 @@
+"""The token estimate used wherever a provider reports no usage: four characters per token.
+
+Budgets must bind on every path, also when a provider (or an OpenAI-compatible server) sends no
+usage for a call. The estimate is deliberately simple and dependency-free — characters of the
+message text plus the JSON of its tool-call arguments, divided by four, rounded up — which is the
+usual rule of thumb for English text and code with BPE tokenizers. It is marked ``estimated`` where
+it is recorded, so nobody mistakes it for a provider's count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+
+def approx_tokens(chars: int) -> int:
+    """The four-characters-per-token estimate, never below one token."""
+    return max(1, math.ceil(chars / 4))
+
+
+def message_chars(message: BaseMessage) -> int:
+    """Characters a message puts on the wire: its text and its tool calls' JSON arguments."""
+    chars = len(message.text)
+    if isinstance(message, AIMessage):
+        chars += sum(len(_json(call.get("args"))) + len(call.get("name") or "") for call in message.tool_calls)
+    return chars
+
+
+def messages_tokens(messages: Iterable[BaseMessage]) -> int:
+    """The estimated tokens of a request's messages."""
+    return approx_tokens(sum(message_chars(m) for m in messages))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+__all__ = ["approx_tokens", "message_chars", "messages_tokens"]
