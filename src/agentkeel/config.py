@@ -20,6 +20,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from agentkeel.database import Database, DatabasePool, DatabaseUrl, as_database_url
@@ -32,6 +33,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Provider keyword arguments AgentKeel sets itself (with the key to use instead): passing one
+# through ``options`` would silently undo a guarantee (one retry layer, a bounded call, streamed
+# usage) or bypass the key variable.
+RESERVED_OPTIONS = {
+    "model": "use", "model_name": "use", "model_provider": "use",
+    "api_key": "api_key_env", "openai_api_key": "api_key_env", "anthropic_api_key": "api_key_env",
+    "base_url": "base_url", "openai_api_base": "base_url", "anthropic_api_url": "base_url",
+    "timeout": "timeout_s", "request_timeout": "timeout_s", "default_request_timeout": "timeout_s",
+    "temperature": "temperature",
+    "max_retries": "limits.llm_retry.max_attempts (the provider client's own retries are always off)",
+    "stream_usage": None,  # always on where the client has the switch, so budgets bind on streams
+}
+
+
 class ModelConfig(_Strict):
     name: str
     use: str  # "scripted" or "<provider>:<model>"
@@ -39,6 +54,8 @@ class ModelConfig(_Strict):
     api_key_env: str | None = None
     base_url: str | None = None
     temperature: float | None = None
+    timeout_s: Annotated[float, Field(gt=0)] = 60.0  # bounds one model call (provider models)
+    options: dict[str, Any] = Field(default_factory=dict)  # provider keyword arguments, passed through
 
     @field_validator("name")
     @classmethod
@@ -46,6 +63,22 @@ class ModelConfig(_Strict):
         if not v.strip():
             raise ValueError("must not be blank")
         return v
+
+    @field_validator("options")
+    @classmethod
+    def _options_not_ours(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if key in RESERVED_OPTIONS:
+                instead = RESERVED_OPTIONS[key]
+                hint = f"; use {instead}" if instead else " (AgentKeel always sets it)"
+                raise ValueError(f"{key!r} is set by AgentKeel, not through options{hint}")
+        return v
+
+    @model_validator(mode="after")
+    def _options_for_providers(self) -> ModelConfig:
+        if self.options and self.use == "scripted":
+            raise ValueError("options: only provider models (use: '<provider>:<model>') take options")
+        return self
 
 
 class AssistantConfig(_Strict):

@@ -48,6 +48,13 @@ def _setup(path: Path | None) -> tuple[KeelConfig, Harness]:
         raise typer.Exit(2) from None
 
 
+def _warn_unusable(harness: Harness) -> None:
+    """A long-lived process starts with unusable models (their runs are refused with the same
+    reasons); it says so once, up front, instead of at the first refused run."""
+    for line in harness.models.problem_lines():
+        err.print(f"[yellow]warning:[/] {line} — its runs are refused", highlight=False)
+
+
 async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[Any, dict[str, Any]]:
     record = await rt.manager.create(request)
     (err if quiet else console).print(f"[dim]run {record.run_id} on thread {record.thread_id} — admitted ({record.status.value})[/]")
@@ -210,7 +217,9 @@ def serve(
     """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
 
-    raise typer.Exit(serve_gateway(*_setup(config), host, port, log_level, worker=not no_worker))
+    cfg, harness = _setup(config)
+    _warn_unusable(harness)
+    raise typer.Exit(serve_gateway(cfg, harness, host, port, log_level, worker=not no_worker))
 
 
 @app.command()
@@ -219,7 +228,9 @@ def worker(config: ConfigOpt = None) -> None:
     recover the runs of lost workers; until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.worker import run_worker
 
-    raise typer.Exit(run_worker(*_setup(config)))
+    cfg, harness = _setup(config)
+    _warn_unusable(harness)
+    raise typer.Exit(run_worker(cfg, harness))
 
 
 def main() -> None:

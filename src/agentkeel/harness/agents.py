@@ -22,7 +22,7 @@ from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_ref
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.middleware.llm_error_handling import ModelRef
-from agentkeel.harness.models import ModelLoader, ModelNotAllowed
+from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
 
@@ -111,11 +111,16 @@ class Harness:
         return ModelRef(name=model.name, use=model.use, key_env=model.api_key_env,
                         timeout_s=None if timeout_s is None else float(timeout_s))
 
-    async def build(self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None) -> Pregel:
+    async def build(
+        self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None,
+        *, state_only: bool = False,
+    ) -> Pregel:
         """A fresh graph for one run (fresh model and guard state; no checkpointer attached).
 
         ``chain``: the run's chain from :meth:`chain`, when the caller also needs its manifest;
-        by default a fresh one is built.
+        by default a fresh one is built. ``state_only``: the graph is only read (thread state and
+        history), never run, so its model is a placeholder: reading a thread never needs the
+        provider's package or key.
         """
         if resolved.kind == "graph":
             return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
@@ -123,11 +128,12 @@ class Harness:
         assert assistant is not None and resolved.model_name is not None
         tools = build_tools(bash_enabled=self._config.tools.bash, names=assistant.tools)
         metadata = config.get("metadata") or {}
+        model = StateOnlyModel() if state_only else self.models.build(
+            resolved.model_name, run_key=metadata.get("run_id"),
+            turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
+        )
         return create_agent(
-            self.models.build(
-                resolved.model_name, run_key=metadata.get("run_id"),
-                turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
-            ),
+            model,
             tools,
             system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
             middleware=(chain or self.chain(resolved)).for_agent(),
@@ -151,4 +157,4 @@ def _middleware_factory(label: str, ref: str, config: KeelConfig) -> Callable[[]
     return target
 
 
-__all__ = ["Harness", "ModelNotAllowed", "ResolvedAssistant", "UnknownAssistant"]
+__all__ = ["Harness", "ModelNotAllowed", "ModelUnavailable", "ResolvedAssistant", "UnknownAssistant"]

@@ -1,8 +1,8 @@
 """Run requests and everything decided about them before admission.
 
 Validation and config building happen here, *before* a run is admitted, so a request that fails
-(unknown assistant, model outside the allowlist, malformed input) leaves no run behind — DeerFlow
-validated after admission and leaked ``pending`` runs.
+(unknown assistant, model outside the allowlist or found unusable at start-up, malformed input)
+leaves no run behind — DeerFlow validated after admission and leaked ``pending`` runs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Send
 
 from agentkeel.config import Limits
-from agentkeel.harness.agents import Harness, ModelNotAllowed, ResolvedAssistant, UnknownAssistant
+from agentkeel.harness.agents import (
+    Harness,
+    ModelNotAllowed,
+    ModelUnavailable,
+    ResolvedAssistant,
+    UnknownAssistant,
+)
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect, RunRecord
 from agentkeel.runtime.serialization import to_jsonable
 
@@ -145,6 +151,11 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
         raise RequestError("assistant_id", str(exc), "not_found") from None
     except ModelNotAllowed as exc:
         raise RequestError("context.model_name", str(exc), "not_allowed") from None
+    if assistant.model_name is not None:
+        try:  # found unusable at start-up (package, provider, key): refused, never admitted
+            harness.models.ensure_usable(assistant.model_name)
+        except ModelUnavailable as exc:
+            raise RequestError("context.model_name" if model_name else "assistant_id", str(exc)) from None
     modes = _stream_modes(request.stream_mode)
     timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
     if timeout <= 0:

@@ -53,12 +53,14 @@ class Runtime:
     async def accessor(self, assistant_id: str = "lead") -> StateAccessor:
         """The state accessor of threads run by ``assistant_id`` (its graph defines the schema).
 
-        Built once per assistant: reading state needs the graph's channels, not a fresh model.
-        Raises ``UnknownAssistant`` for an unconfigured id.
+        Built once per assistant: reading state needs the graph's channels, not its model, so the
+        graph gets a placeholder model — a thread is created and read even while the assistant's
+        provider model is unusable (package missing, key unset). Raises ``UnknownAssistant`` for an
+        unconfigured id.
         """
         if assistant_id not in self._accessors:
             resolved = self.harness.resolve(assistant_id)
-            graph = await self.harness.build(resolved, {"configurable": {}, "metadata": {}})
+            graph = await self.harness.build(resolved, {"configurable": {}, "metadata": {}}, state_only=True)
             self._accessors[assistant_id] = StateAccessor(
                 graph.copy(update={"checkpointer": self.checkpointer, "store": self.kv_store}),
                 self.checkpointer,
