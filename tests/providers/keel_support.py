@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from provider_support import STUB_KEY, STUB_KEY_ENV, StubServer
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "gateway"))
 
-from server_support import KeelServer, start_server  # noqa: E402
+from server_support import KeelServer, collect, sdk, start_server  # noqa: E402
 
 UNSET_KEY_ENV = "AGENTKEEL_TEST_UNSET_KEY"
 OPENAI_MODEL = "gpt-4.1-mini"
@@ -135,3 +136,33 @@ def tool_results(body: dict[str, Any]) -> list[str]:
 def first_user_message(body: dict[str, Any]) -> str:
     """The first user message of a request, serialised exactly as sent."""
     return json.dumps(next(m for m in messages_of(body) if m.get("role") == "user"))
+
+
+# -- keel serve, through the official SDK -------------------------------------------------------------
+PROMPT = {"messages": [{"role": "user", "content": "Write the note, please."}]}
+
+
+async def run_streamed(server: KeelServer, model: str, *, thread_id: str | None = None,
+                       modes: tuple[str, ...] = ("messages-tuple", "values"),
+                       prompt: dict[str, Any] = PROMPT) -> tuple[dict[str, Any], list[Any]]:
+    """One run of ``lead`` on ``model`` streamed to its end: the final run resource and the parts."""
+    async with sdk(server.url) as client:
+        if thread_id is None:
+            thread_id = (await client.threads.create())["thread_id"]
+        parts = await collect(client.runs.stream(thread_id, "lead", input=prompt, stream_mode=list(modes),
+                                                 context={"model_name": model}), timeout=45)
+        metadata = next(p.data for p in parts if p.event == "metadata")
+        run = await client.runs.get(thread_id, metadata["run_id"])
+        return run, parts
+
+
+async def journal(server: KeelServer, run: dict[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        response = await http.get(f"/threads/{run['thread_id']}/runs/{run['run_id']}/journal",
+                                  params={"kind": kind} if kind else None)
+        response.raise_for_status()
+        return list(response.json())
+
+
+def retries(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["data"] for e in events if e["kind"] == "intervention" and e["data"].get("action") == "retry"]

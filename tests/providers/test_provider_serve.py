@@ -14,40 +14,23 @@ from typing import Any
 
 import httpx
 import pytest
-from keel_support import STUB_KEY_ENV, UNSET_KEY_ENV, first_user_message, messages_of, tool_task, workspace, write_call
+from keel_support import (
+    PROMPT,
+    STUB_KEY_ENV,
+    UNSET_KEY_ENV,
+    first_user_message,
+    journal,
+    messages_of,
+    retries,
+    run_streamed,
+    tool_task,
+    workspace,
+    write_call,
+)
 from provider_support import StubServer
-from server_support import KeelServer, collect, sdk
+from server_support import KeelServer, sdk
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-PROMPT = {"messages": [{"role": "user", "content": "Write the note, please."}]}
-
-
-async def run_streamed(server: KeelServer, model: str, *, thread_id: str | None = None,
-                       modes: tuple[str, ...] = ("messages-tuple", "values"),
-                       prompt: dict[str, Any] = PROMPT) -> tuple[dict[str, Any], list[Any]]:
-    """One run of ``lead`` on ``model`` streamed to its end: the final run resource and the parts."""
-    async with sdk(server.url) as client:
-        if thread_id is None:
-            thread_id = (await client.threads.create())["thread_id"]
-        parts = await collect(client.runs.stream(thread_id, "lead", input=prompt, stream_mode=list(modes),
-                                                 context={"model_name": model}), timeout=45)
-        metadata = next(p.data for p in parts if p.event == "metadata")
-        run = await client.runs.get(thread_id, metadata["run_id"])
-        return run, parts
-
-
-async def journal(server: KeelServer, run: dict[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(base_url=server.url) as http:
-        response = await http.get(f"/threads/{run['thread_id']}/runs/{run['run_id']}/journal",
-                                  params={"kind": kind} if kind else None)
-        response.raise_for_status()
-        return list(response.json())
-
-
-def retries(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e["data"] for e in events if e["kind"] == "intervention" and e["data"].get("action") == "retry"]
-
 
 def stub_for(request: pytest.FixtureRequest, model: str) -> StubServer:
     return request.getfixturevalue("openai_stub" if model == "gpt" else "anthropic_stub")
