@@ -52,7 +52,7 @@ def _warn_unusable(harness: Harness) -> None:
     """A long-lived process starts with unusable models (their runs are refused with the same
     reasons); it says so once, up front, instead of at the first refused run."""
     for line in harness.models.problem_lines():
-        err.print(f"[yellow]warning:[/] {line} — its runs are refused", highlight=False)
+        err.print(f"[yellow]warning:[/] {line} — its runs are refused", highlight=False, soft_wrap=True)
 
 
 async def _run_one(rt: Runtime, request: RunRequest, *, quiet: bool) -> tuple[Any, dict[str, Any]]:
