@@ -74,6 +74,12 @@ def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledge
     assert result.returncode == 1
     ledger = json.loads(result.stdout)
     assert ledger["status"] == "error" and "boom" in ledger["error"]
+    assert ledger["error_detail"]["kind"] == "server_error" and ledger["error_detail"]["model"] == "failing"
+    shown = keel("runs", "show", ledger["run_id"], cwd=workdir)
+    assert shown.returncode == 0, shown.stderr
+    assert "finished cleanly" not in shown.stdout
+    assert "failed: ScriptedServerError (server_error, HTTP 500): boom" in shown.stdout
+    assert "model failing (scripted) after 1 attempt" in shown.stdout
 
 
 def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> None:

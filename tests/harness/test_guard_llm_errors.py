@@ -28,8 +28,8 @@ from agentkeel.harness.middleware.llm_error_handling import (
     decorrelated_jitter,
     retry_after_ms,
 )
-from agentkeel.harness.provider_errors import classify
 from agentkeel.harness.middleware.responses import is_hint
+from agentkeel.harness.provider_errors import classify
 from agentkeel.harness.scripted import ScriptExhaustedError
 from agentkeel.harness.scripted.errors import (
     ScriptedBadRequestError,

@@ -111,8 +111,10 @@ def check_two_turn_run(events: list[JournalEvent], journal: Journal, usage: Usag
     seqs = [e.seq for e in events]
     assert seqs == sorted(set(seqs))
     models = of_kind(events, "model.call")
-    first = {"input_tokens": 100, "output_tokens": 10, "finish_reason": "tool_calls", "tool_calls": 2}
-    second = {"input_tokens": 150, "output_tokens": 5, "finish_reason": "stop", "tool_calls": 0}
+    first = {"input_tokens": 100, "output_tokens": 10, "finish_reason": "tool_calls", "tool_calls": 2,
+             "estimated": False}
+    second = {"input_tokens": 150, "output_tokens": 5, "finish_reason": "stop", "tool_calls": 0,
+              "estimated": False}
     assert [m.data for m in models] == [
         {"model": "fake-1", "latency_ms": models[0].data["latency_ms"], **first},
         {"model": "fake-1", "latency_ms": models[1].data["latency_ms"], **second},

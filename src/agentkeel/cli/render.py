@@ -72,9 +72,9 @@ def _error_lines(ledger: dict[str, Any]) -> list[str]:
     detail = ledger.get("error_detail") or {}
     if not detail:
         return [f"  failed: {ledger.get('error') or 'the run ended in error (no message was recorded)'}"]
-    kind = f" ({detail['kind']})" if detail.get("kind") else ""
-    status = f", HTTP {detail['status']}" if detail.get("status") is not None else ""
-    lines = [f"  failed: {detail.get('type')}{kind}{status}: {detail.get('message')}"]
+    status = f"HTTP {detail['status']}" if detail.get("status") is not None else None
+    what = ", ".join(part for part in (detail.get("kind"), status) if part)
+    lines = [f"  failed: {detail.get('type')}{f' ({what})' if what else ''}: {detail.get('message')}"]
     if detail.get("model"):
         attempts = detail.get("attempts")
         tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""

@@ -32,9 +32,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-# One model call's bound when the config names none (``models[].timeout_s``).
-DEFAULT_CALL_TIMEOUT_S = 60.0
-
 # Run-config metadata key: model turns the lead already made in earlier attempts of the run (a
 # resumed run); a scripted model continues its script there instead of replaying it from turn 1.
 TURNS_DONE_KEY = "agentkeel_turns_done"
@@ -105,11 +102,10 @@ class Harness:
 
     def model_ref(self, name: str) -> ModelRef:
         """What the retry layer needs to know of a configured model: its names for error messages,
-        its key variable, and one call's bound (``models[].timeout_s``, default 60 s)."""
+        its key variable, and one call's bound (``models[].timeout_s``)."""
         model = self.models.check(name)
-        timeout_s = getattr(model, "timeout_s", DEFAULT_CALL_TIMEOUT_S)
         return ModelRef(name=model.name, use=model.use, key_env=model.api_key_env,
-                        timeout_s=None if timeout_s is None else float(timeout_s))
+                        timeout_s=self.models.call_timeout_s(name))
 
     async def build(
         self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None,

@@ -28,6 +28,7 @@ STOP_REASON_CLASSES: dict[str, str] = {
     "tool_blocked": "loop",
     "subagent_limit_capped": "limit",
     "model_length_capped": "limit",
+    "context_length_capped": "limit",  # the provider refused the request as over the context window
     "recursion_capped": "limit",
     "clarification_requested": "delivery",
 }

@@ -20,6 +20,9 @@ Retries re-run the *inner* chain, so inner guards see the retried request again.
 queues commit only after the provider answered (:class:`~agentkeel.harness.middleware.base.HintQueue`):
 a warning queued for the failed call is still on the retried one.
 
+A request over the model's context window also records the stop reason ``context_length_capped``
+(class ``limit``): the run ended where it did because its conversation outgrew the model.
+
 When the attempts run out, or the error is one no retry can fix, the run fails with
 :class:`ModelCallFailed`, naming the kind, the HTTP status, the model (configured name and
 ``provider:model``), the provider's message, the attempt count and — for a rejected key — the
@@ -212,7 +215,11 @@ class LLMErrorHandling(KeelMiddleware):
                 if info.kind is None:
                     raise
                 if not info.retriable or attempt >= limits.max_attempts:
-                    raise ModelCallFailed(attempt, exc, info, self.model) from exc
+                    failed = ModelCallFailed(attempt, exc, info, self.model)
+                    if info.kind == "context_length":
+                        await self.stop(request.runtime, "context_length_capped", str(failed),
+                                        data={"status": info.status, "code": info.code, "message": info.message[:500]})
+                    raise failed from exc
                 asked_ms = retry_after_ms(exc)
                 if asked_ms is None:
                     wait_ms = previous_ms = decorrelated_jitter(previous_ms, limits.base_delay_ms, limits.max_delay_ms)
