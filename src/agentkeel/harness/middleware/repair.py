@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 
+from agentkeel.harness.middleware.tool_call_arguments import argument_error, malformed_result
 from agentkeel.harness.scripted.strict import RULES
 
 CONTINUING = "(continuing the conversation)"
@@ -75,7 +76,8 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
     for index, message in enumerate(normalised):
         if isinstance(message, ToolMessage):
             continue
-        out.append(message)
+        promoted_here = isinstance(message, AIMessage) and bool(message.invalid_tool_calls)
+        out.append(message.model_copy(update={"invalid_tool_calls": []}) if promoted_here else message)
         if not isinstance(message, AIMessage) or not message.tool_calls:
             continue
         found = answers.get(index, {})
@@ -84,11 +86,18 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
         repairs.extend(
             Repair(3, "regrouped", call_id) for call_id, at in found.items() if not index < at <= block_end
         )
+        unparsed = {str(c["id"]): c for c in message.invalid_tool_calls}
         for call in message.tool_calls:
             call_id = str(call["id"])
-            if call_id not in found:
+            if call_id in found:
+                continue
+            if call_id in unparsed:  # a promoted invalid call: never executed, and we know why
+                raw = unparsed[call_id].get("args")
+                error = argument_error(raw) or str(unparsed[call_id].get("error") or "unparsable")
+                out.append(malformed_result(call_id, call["name"], raw, error, "RequestGrammar"))
+            else:
                 out.append(interrupted_result(call_id, call["name"]))
-                repairs.append(Repair(3, "synthetic_result", call_id))
+            repairs.append(Repair(3, "synthetic_result", call_id))
         last_result = max(found.values(), default=index)
         repairs.extend(
             Repair(5, "user_moved", normalised[at].id or f"message {at}")
@@ -163,7 +172,9 @@ def _promote_invalid_calls(messages: Sequence[BaseMessage]) -> tuple[list[BaseMe
             {"name": c.get("name") or "unknown_tool", "args": {}, "id": c.get("id"), "type": "tool_call"}
             for c in message.invalid_tool_calls
         ]
-        out.append(message.model_copy(update={"tool_calls": [*message.tool_calls, *promoted], "invalid_tool_calls": []}))
+        # The invalid calls stay listed (request only) so an unanswered one is answered as malformed,
+        # not as interrupted; :func:`repair_tool_pairing` drops them once the pairing is done.
+        out.append(message.model_copy(update={"tool_calls": [*message.tool_calls, *promoted]}))
         repairs.extend(Repair(3, "invalid_call_normalised", str(c["id"])) for c in promoted)
     return out, repairs
 
