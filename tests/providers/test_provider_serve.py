@@ -155,22 +155,38 @@ async def test_unusable_models_are_refused_before_admission_and_threads_still_wo
     assert openai_stub.requests() == []
 
 
-async def test_the_provider_never_gets_an_empty_assistant_message_and_the_first_user_message_is_stable(
-        keel_provider_server: KeelServer, openai_stub: StubServer) -> None:
+async def two_runs(server: KeelServer, stub: StubServer, first: list[dict[str, Any]],
+                   second: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two runs on one thread, each with its own scripted answers."""
     thread = f"thread-{uuid.uuid4().hex[:8]}"
-    async with sdk(keel_provider_server.url) as client:
+    async with sdk(server.url) as client:
         await client.threads.create(thread_id=thread)
-    openai_stub.script({"text": "", "finish": "stop"}, {"text": "Now with words."})
-    first, _ = await run_streamed(keel_provider_server, "gpt", thread_id=thread)
-    openai_stub.script({"text": "The second answer."})
-    second, _ = await run_streamed(keel_provider_server, "gpt", thread_id=thread,
-                                   prompt={"messages": [{"role": "user", "content": "And again."}]})
+    stub.script(*first)
+    run1, _ = await run_streamed(server, "gpt", thread_id=thread)
+    stub.script(*second)
+    run2, _ = await run_streamed(server, "gpt", thread_id=thread,
+                                 prompt={"messages": [{"role": "user", "content": "And again."}]})
+    return run1, run2
+
+
+async def test_the_provider_never_gets_an_empty_assistant_message(
+        keel_provider_server: KeelServer, openai_stub: StubServer) -> None:
+    # The first run's model goes quiet (no text, no calls); the thread keeps that message.
+    _, second = await two_runs(keel_provider_server, openai_stub, [{"text": "", "repeat": True}],
+                               [{"text": "The second answer."}])
     assert second["status"] == "success", (second["error"], openai_stub.violations())
     assert openai_stub.violations() == []
-    bodies = openai_stub.bodies()
-    for body in bodies:
+    for body in openai_stub.bodies():
         for message in messages_of(body):
             if message["role"] == "assistant":
                 assert message.get("content") or message.get("tool_calls"), message
-    firsts = {first_user_message(body) for body in bodies}
-    assert len(firsts) == 1, firsts  # byte-identical in every request of both runs
+
+
+async def test_the_threads_first_user_message_is_sent_identically_in_every_run(
+        keel_provider_server: KeelServer, openai_stub: StubServer) -> None:
+    first, second = await two_runs(keel_provider_server, openai_stub, [{"text": "The first answer."}],
+                                   [{"text": "The second answer."}])
+    assert first["status"] == second["status"] == "success"
+    bodies = openai_stub.bodies()
+    assert len(bodies) == 2 and openai_stub.violations() == []
+    assert first_user_message(bodies[0]) == first_user_message(bodies[1])  # prompt-cache stable
