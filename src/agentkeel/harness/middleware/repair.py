@@ -22,7 +22,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 
 from agentkeel.harness.middleware.tool_call_arguments import argument_error, malformed_result
-from agentkeel.harness.scripted.strict import RULES
+from agentkeel.harness.scripted.strict import RULES, is_empty_assistant
 
 CONTINUING = "(continuing the conversation)"
 _SYNTHETIC_ID = "agentkeel_repair"
@@ -138,12 +138,27 @@ def merge_system_messages(
     return merged, rest, repairs
 
 
+def drop_empty_assistant(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+    """Leave out every assistant message with neither content nor tool calls (a model that went
+    quiet): it says nothing, and strict providers reject it. Dropped from the request only."""
+    out: list[BaseMessage] = []
+    repairs: list[Repair] = []
+    for index, message in enumerate(messages):
+        if is_empty_assistant(message):
+            repairs.append(Repair(6, "empty_assistant_dropped", message.id or f"message {index}"))
+        else:
+            out.append(message)
+    return (out, repairs) if repairs else (list(messages), [])
+
+
 def repair_request(system_message: SystemMessage | None, messages: Sequence[BaseMessage]) -> RepairedRequest:
-    """Every repair, in the order that makes the result valid: system prompt, pairing, opening."""
+    """Every repair, in the order that makes the result valid: system prompt, empty assistant
+    messages, pairing, opening."""
     system, merged, repairs = merge_system_messages(system_message, messages)
-    paired, pairing = repair_tool_pairing(merged)
+    filled, emptied = drop_empty_assistant(merged)
+    paired, pairing = repair_tool_pairing(filled)
     opened, opening = ensure_user_first(paired)
-    return RepairedRequest(system, opened, [*repairs, *pairing, *opening])
+    return RepairedRequest(system, opened, [*repairs, *emptied, *pairing, *opening])
 
 
 def summarize(repairs: Iterable[Repair]) -> dict[str, Any]:
@@ -257,6 +272,7 @@ def _join_content(contents: Sequence[Any]) -> Any:
 __all__ = [
     "CONTINUING",
     "Repair",
+    "drop_empty_assistant",
     "RepairedRequest",
     "ensure_user_first",
     "interrupted_result",
