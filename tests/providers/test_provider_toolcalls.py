@@ -60,6 +60,6 @@ async def test_a_file_changed_by_several_tool_calls_lists_each_of_them(
         tool_results(openai_stub.bodies()[-1])
     async with httpx.AsyncClient(base_url=keel_provider_server.url) as http:
         changes = (await http.get(f"/threads/{run['thread_id']}/runs/{run['run_id']}/changes")).json()
-    ids = [c["tool_call_id"] for c in changes if c["path"] == path]
-    assert ids == ["call_write", "call_edit"] or sorted(
-        i for c in changes if c["path"] == path for i in c.get("tool_call_ids", [])) == ["call_edit", "call_write"], changes
+    [change] = [c for c in changes if c["path"] == path]
+    assert [step["tool_call_id"] for step in change["steps"]] == ["call_write", "call_edit"], change
+    assert change["steps"][0]["after_sha256"] == change["steps"][1]["before_sha256"] != change["after_sha256"]
