@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from guard_kit import GuardHarness, Outcome, final_ai
 from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGenerationChunk
 
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.keys import TOOL_META
 from agentkeel.harness.middleware.responses import replace_ai, withhold
 from agentkeel.harness.middleware.tool_call_arguments import (
     MALFORMED,
+    StreamedArguments,
     argument_error,
     content_raw_args,
     malformed_result,
@@ -133,14 +137,6 @@ def test_withholding_an_answered_call_drops_its_result_too() -> None:
 
 
 def test_streamed_arguments_count_each_chunk_once_and_join_fragments_by_index() -> None:
-    from uuid import uuid4
-
-    from langchain_core.messages import AIMessageChunk
-    from langchain_core.messages.tool import tool_call_chunk
-    from langchain_core.outputs import ChatGenerationChunk
-
-    from agentkeel.harness.middleware.tool_call_arguments import StreamedArguments
-
     def piece(args: str, call_id: str | None = None, index: int = 0) -> ChatGenerationChunk:
         fragment = tool_call_chunk(name="write_file" if call_id else None, args=args, id=call_id, index=index)
         return ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[fragment]))
