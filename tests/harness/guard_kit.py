@@ -117,6 +117,8 @@ class GuardHarness:
     recovered_calls: dict[str, str] = field(default_factory=dict)
     usage: MeterUsage = field(default_factory=MeterUsage)
     saver: InMemorySaver = field(default_factory=InMemorySaver)
+    # "messages" as well makes LangChain stream every model call (as chat clients do).
+    stream_modes: tuple[str, ...] = ("updates",)
 
     def __post_init__(self) -> None:
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -154,8 +156,10 @@ class GuardHarness:
             else None
         )
         interrupts: list[Any] = []
-        async for chunk in self.graph.astream(graph_input, config, context=self.context(run_id), stream_mode="updates"):
-            if "__interrupt__" in chunk:
+        async for mode, chunk in self.graph.astream(
+            graph_input, config, context=self.context(run_id), stream_mode=list(self.stream_modes)
+        ):
+            if mode == "updates" and "__interrupt__" in chunk:
                 interrupts.extend(chunk["__interrupt__"])
         state = await self.graph.aget_state(config)
         return Outcome(

@@ -24,6 +24,7 @@ from agentkeel.harness.middleware.dangling_tool_call import DanglingToolCall
 from agentkeel.harness.middleware.grammar import RequestGrammarError, grammar_violation
 from agentkeel.harness.middleware.repair import (
     CONTINUING,
+    drop_empty_assistant,
     ensure_user_first,
     merge_system_messages,
     repair_request,
@@ -31,7 +32,7 @@ from agentkeel.harness.middleware.repair import (
 )
 from agentkeel.harness.middleware.request_grammar import HISTORY, UNTRACED, RequestGrammar
 from agentkeel.harness.middleware.responses import hint_message
-from agentkeel.harness.scripted.strict import RULES
+from agentkeel.harness.scripted.strict import RULES, is_empty_assistant
 
 # -- strategies ----------------------------------------------------------------------------------
 
@@ -86,9 +87,9 @@ def test_any_request_repairs_to_the_grammar_and_stays_repaired(
     repaired = repair_request(system, messages)
     assert grammar_violation(repaired.system_message, repaired.messages) is None
     assert messages == snapshot  # pure: the input list is untouched
-    # Nothing the user or the model said is lost or reordered.
+    # Nothing the user or the model said is lost or reordered (an empty assistant message said nothing).
     kept = [turn for turn in _conversation(repaired.messages) if turn != ("human", CONTINUING)]
-    assert kept == _conversation(messages)
+    assert kept == _conversation([m for m in messages if not is_empty_assistant(m)])
     again = repair_request(repaired.system_message, repaired.messages)
     assert again.repairs == [] and again.system_message is repaired.system_message
     assert all(x is y for x, y in zip(again.messages, repaired.messages, strict=True))
@@ -108,10 +109,38 @@ def test_a_valid_request_is_left_exactly_as_it_is(request: tuple[SystemMessage |
 def test_pairing_alone_restores_the_tool_rules(messages: list[BaseMessage]) -> None:
     paired, _ = repair_tool_pairing(messages)
     broken = grammar_violation(None, paired)
-    assert broken is None or broken.rule == 2
+    assert broken is None or broken.rule in (2, 6)  # the opening and empty replies are other repairs
 
 
 # -- the other repairs, directly -----------------------------------------------------------------
+
+
+def test_an_empty_assistant_message_is_left_out_of_the_request_and_the_rule_named() -> None:
+    quiet = AIMessage(content="", id="quiet")
+    blank_blocks = AIMessage(content=[{"type": "text", "text": "  "}], id="blank")
+    history = [HumanMessage("go"), quiet, HumanMessage("still there?"), blank_blocks, AIMessage("yes")]
+    broken = grammar_violation(None, history)
+    assert broken is not None and broken.rule == 6 and broken.index == 1
+    out, repairs = drop_empty_assistant(history)
+    assert [m.content for m in out] == ["go", "still there?", "yes"]
+    assert [(r.rule, r.action, r.subject) for r in repairs] == [
+        (6, "empty_assistant_dropped", "quiet"), (6, "empty_assistant_dropped", "blank"),
+    ]
+    assert RULES[6] == "assistant message with neither content nor tool calls"
+    # A reply with tool calls, or with any non-text block, is not empty.
+    assert not is_empty_assistant(AIMessage(content="", tool_calls=[{"name": "ls", "args": {}, "id": "a"}]))
+    assert not is_empty_assistant(AIMessage(content=[{"type": "image_url", "image_url": {"url": "x"}}]))
+
+
+async def test_a_quiet_reply_in_the_history_is_never_resent(tmp_path: Path) -> None:
+    script = {"agents": {"lead": [{"say": ""}, {"say": "back", "expect": {"contains": "again"}}]}}
+    harness = GuardHarness(script, [RequestGrammar()], tmp_path / "ws", strict_grammar=False)
+    first = await harness.run("hello", run_id="r1")
+    assert isinstance(first.messages[-1], AIMessage) and first.messages[-1].content == ""  # state keeps it
+    out = await harness.run("again", run_id="r2")
+    assert [m.type for m in out.requests[1]] == ["system", "human", "human"]
+    (record,) = [r for r in out.journal.kinds("intervention") if r["data"]["action"] == "repair"]
+    assert record["data"]["rules"] == [RULES[6]] and record["data"]["counts"] == {"empty_assistant_dropped": 1}
 
 
 def test_system_messages_merge_into_the_request_system_prompt_first_stays_first() -> None:

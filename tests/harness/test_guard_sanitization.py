@@ -17,7 +17,7 @@ from langgraph.types import Command
 
 from agentkeel.harness.middleware import input_sanitization
 from agentkeel.harness.middleware.chain import build_chain, derive_order
-from agentkeel.harness.middleware.input_sanitization import InputSanitization, last_user_index, sanitized_request
+from agentkeel.harness.middleware.input_sanitization import InputSanitization, is_user_input, sanitized_request
 from agentkeel.harness.middleware.responses import hint_message, map_tool_messages
 from agentkeel.harness.middleware.sanitize import (
     BEGIN_USER_INPUT,
@@ -178,16 +178,18 @@ def _request(messages: list[Any]) -> ModelRequest:
     return ModelRequest(model=None, messages=messages, system_message=SystemMessage("s"), tools=[], state={}, runtime=None)  # type: ignore[arg-type]
 
 
-def test_last_genuine_user_message_skips_hints_and_summaries() -> None:
+def test_every_genuine_user_message_is_fenced_and_hints_and_summaries_are_not() -> None:
     user = HumanMessage("<system>real</system>", id="u1", name="alice", additional_kwargs={"k": 1})
-    messages = [HumanMessage("old"), AIMessage("a"), user, AIMessage("b"),
+    messages = [HumanMessage("old <system>x"), AIMessage("a"), user, AIMessage("b"),
                 HumanMessage("summary of earlier", name="summary"), hint_message("loop_warning", ["<system>x"])]
-    assert last_user_index(messages) == 2
+    assert [is_user_input(m) for m in messages] == [True, False, True, False, False, False]
     out = sanitized_request(_request(messages)).messages
+    assert out[0].content == wrap_user_input("old <system>x")
     assert out[2].content == wrap_user_input(user.content)
     assert (out[2].id, out[2].name, out[2].additional_kwargs) == ("u1", "alice", {"k": 1})
-    assert out[:2] == messages[:2] and out[3:] == messages[3:]
+    assert out[1] == messages[1] and out[3:] == messages[3:]
     assert user.content == "<system>real</system>"
+    assert sanitized_request(_request(out)).messages == out  # idempotent: the same bytes every time
 
 
 def test_blank_or_missing_user_message_is_left_alone() -> None:
@@ -216,6 +218,18 @@ async def test_model_sees_fenced_escaped_input_while_state_keeps_original(tmp_pa
     assert state_user.id == out.requests[0][1].id
     assert out.messages[-1].content == "done"
     assert out.journal.kinds("intervention") == []
+
+
+async def test_a_threads_first_message_is_sent_identically_in_every_run(tmp_path: Path) -> None:
+    script = {"agents": {"lead": [{"say": "first answer"}, {"say": "second answer"}]}}
+    harness = GuardHarness(script, [InputSanitization()], tmp_path / "ws")
+    await harness.run("First <b>question</b> about <system>x</system>", run_id="r1")
+    out = await harness.run("Second question", run_id="r2")
+    run1, run2 = out.requests  # one model call per run
+    assert run2[: len(run1)] == run1  # run 2 starts with exactly what run 1 sent: a cache hit
+    assert [m.content for m in run2 if isinstance(m, HumanMessage)] == [
+        wrap_user_input("First <b>question</b> about <system>x</system>"), wrap_user_input("Second question"),
+    ]
 
 
 async def test_fail_open_sends_original_and_journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

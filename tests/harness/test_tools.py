@@ -27,9 +27,13 @@ from agentkeel.sandbox.workspace import Workspace
 class Touches:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str | None, str]] = []
+        self.hashes: list[str | None] = []
 
-    def touched(self, virtual_path: str, tool_call_id: str | None, tool_name: str) -> None:
+    def touched(
+        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None
+    ) -> None:
         self.calls.append((virtual_path, tool_call_id, tool_name))
+        self.hashes.append(after_sha256)
 
 
 class RecordingRegistry(ProcessGroupRegistry):
@@ -215,6 +219,8 @@ async def test_write_file_creates_parents_appends_and_reports(
         ("/workspace/outputs/deep/r.md", "c1", "write_file"),
         ("/workspace/outputs/deep/r.md", "c2", "write_file"),
     ]
+    # Each step reports the whole file's hash after it (the append re-read the file).
+    assert touches.hashes == [hashlib.sha256(s.encode()).hexdigest() for s in ("héllo\n", "héllo\nmore\n")]
 
 
 @pytest.mark.parametrize(

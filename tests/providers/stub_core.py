@@ -7,7 +7,8 @@ malformed tool-call JSON) on demand, and with request validation as strict as th
 so a grammar bug in what we send fails a test instead of passing against a lenient fake.
 
 A test scripts the next responses with ``POST /_script`` (a list of steps, see ``Step``), reads every
-request received with ``GET /_requests`` (headers, body, the violations found and what was answered)
+request received with ``GET /_requests`` (arrival time ``at`` on the stub's monotonic clock, headers, body, the
+violations found and what was answered)
 and clears both with ``POST /_reset``. With the queue empty the stub answers the default text
 ``"ok"``; a step with ``repeat: true`` stays at the head of the queue (a persistent 429).
 
@@ -17,7 +18,8 @@ A step (JSON object, every key optional):
   test can send malformed or truncated JSON); an object is JSON-encoded; ``arg_chunks`` (default 3).
 - ``finish``: the provider's own finish/stop reason (default: tool calls -> ``tool_calls`` /
   ``tool_use``, else ``stop`` / ``end_turn``).
-- ``usage``: ``{"input": n, "output": m}`` (default 20 / 5).
+- ``usage``: ``{"input": n, "output": m}`` (default 20 / 5); ``no_usage: true``: report none, even
+  when asked (as some OpenAI-compatible servers do; the Anthropic stub always reports it).
 - ``error``: a preset name of the provider module (``rate_limit``, ``insufficient_quota``, ``server``,
   ``overloaded``, ``auth``, ``invalid_request``, ``context_length``) or ``{"preset"?, "status"?,
   "type"?, "code"?, "message"?}``; ``retry_after`` (seconds, header ``retry-after``, and
@@ -34,6 +36,7 @@ import asyncio
 import json
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +76,7 @@ class Step:
     arg_chunks: int
     finish: str | None
     usage: dict[str, int]
+    no_usage: bool
     error: dict[str, Any] | None
     retry_after: float | None
     delay_s: float
@@ -102,6 +106,7 @@ class Step:
             arg_chunks=max(1, int(raw.get("arg_chunks", 3))),
             finish=raw.get("finish"),
             usage={**DEFAULT_USAGE, **(raw.get("usage") or {})},
+            no_usage=bool(raw.get("no_usage", False)),
             error=error,
             retry_after=raw.get("retry_after"),
             delay_s=float(raw.get("delay_s", 0)),
@@ -149,10 +154,11 @@ class Provider:
 
 
 class StubState:
-    """The queue and the log of one stub process."""
+    """The queue (raw steps, parsed when served, so a repeated step gets fresh tool-call ids) and
+    the log of one stub process."""
 
     def __init__(self) -> None:
-        self.queue: list[Step] = []
+        self.queue: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.serial = 0
 
@@ -160,10 +166,10 @@ class StubState:
         self.serial += 1
         if not self.queue:
             return Step.parse({}, self.serial)
-        step = self.queue[0]
-        if not step.repeat:
+        raw = self.queue[0]
+        if not raw.get("repeat"):
             self.queue.pop(0)
-        return step
+        return Step.parse(raw, self.serial)
 
 
 async def _paced(frames: list[str], step: Step) -> AsyncIterator[str]:
@@ -183,7 +189,8 @@ def build_app(provider: Provider) -> Starlette:
             body: Any = json.loads(raw)
         except ValueError:
             body = raw.decode(errors="replace")
-        entry: dict[str, Any] = {"path": request.url.path, "headers": headers, "body": body, "violations": []}
+        entry: dict[str, Any] = {"path": request.url.path, "at": time.monotonic(), "headers": headers, "body": body,
+                                 "violations": []}
         state.requests.append(entry)
         try:
             provider.check_headers(headers)
@@ -204,7 +211,8 @@ def build_app(provider: Provider) -> Starlette:
             response = provider.scripted_error(step)
             entry["answered"] = {"status": response.status_code, "error": step.error}
             return response
-        entry["answered"] = {"status": 200, "usage": step.usage, "stream": bool(body.get("stream"))}
+        reported = None if step.no_usage and provider.name == "openai" else step.usage
+        entry["answered"] = {"status": 200, "usage": reported, "stream": bool(body.get("stream"))}
         if body.get("stream"):
             return StreamingResponse(_paced(provider.stream(step, body), step), media_type="text/event-stream",
                                      headers={"cache-control": "no-cache"})
@@ -216,8 +224,8 @@ def build_app(provider: Provider) -> Starlette:
         payload = await request.json()
         steps = payload if isinstance(payload, list) else payload.get("steps", [])
         for raw in steps:
-            state.serial += 1
-            state.queue.append(Step.parse(raw, state.serial))
+            Step.parse(raw, 0)  # a malformed step fails the test's script call, not a later request
+            state.queue.append(raw)
         return JSONResponse({"queued": len(state.queue)})
 
     async def requests(request: Request) -> Response:

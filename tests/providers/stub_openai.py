@@ -201,12 +201,15 @@ class OpenAIStub(Provider):
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in step.tool_calls
             ]
-        return {
+        answer = {
             "id": f"chatcmpl-stub{id(step)}", "object": "chat.completion", "created": int(time.time()),
             "model": body["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(step)}],
             "usage": self._usage(step),
         }
+        if step.no_usage:
+            del answer["usage"]
+        return answer
 
     def stream(self, step: Step, body: dict[str, Any]) -> list[str]:
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -228,7 +231,7 @@ class OpenAIStub(Provider):
             frames += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
                        for piece in split(call.arguments, step.arg_chunks)]
         frames.append(chunk({}, self._finish(step)))
-        if with_usage:
+        if with_usage and not step.no_usage:
             frames.append(sse({**base, "choices": [], "usage": self._usage(step)}))
         frames.append(sse("[DONE]"))
         return frames

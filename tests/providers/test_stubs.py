@@ -74,6 +74,14 @@ async def test_openai_stream_sends_usage_only_when_asked(openai_stub: StubServer
     assert "stream_options" not in openai_stub.bodies()[1]
 
 
+async def test_openai_no_usage_step_reports_none_even_when_asked(openai_stub: StubServer) -> None:
+    openai_stub.script({"text": "quiet", "no_usage": True}, {"text": "quiet", "no_usage": True})
+    total, _ = await streamed(gpt(openai_stub), "hi")
+    assert total.content == "quiet" and not total.usage_metadata
+    assert not (await gpt(openai_stub).ainvoke("hi")).usage_metadata
+    assert openai_stub.served_usage() == {"input": 0, "output": 0}
+
+
 async def test_openai_tool_call_deltas_are_reassembled(openai_stub: StubServer) -> None:
     openai_stub.script({"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": ARGS, "id": "call_w"}],
                         "arg_chunks": 4, "usage": {"input": 30, "output": 9}})

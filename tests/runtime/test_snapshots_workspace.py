@@ -190,11 +190,12 @@ def test_virtual_path_normalisation(path: str, rel: str | None) -> None:
     assert to_relpath(path) == rel
 
 
-def test_change_tracker_attributes_last_touch() -> None:
+def test_change_tracker_lists_every_touch_and_heads_with_the_last() -> None:
     tracker = ChangeTracker()
     recorder: FileTouchRecorder = tracker  # satisfies the harness protocol
     recorder.touched("/workspace/outputs/report.md", "call_1", "write_file")
-    recorder.touched("outputs/report.md", "call_5", "str_replace")  # last touch wins
+    recorder.touched("outputs/report.md", "call_5", "str_replace", "h5")  # the last touch heads the record
+    recorder.touched("outputs/report.md", "call_5", "str_replace", "bb")  # the same step again: one step
     recorder.touched("/workspace/src/./a.py", "call_2", "write_file")
     recorder.touched("/etc/passwd", "call_3", "write_file")  # outside: ignored
     diffs = [
@@ -213,4 +214,10 @@ def test_change_tracker_attributes_last_touch() -> None:
         ("call_5", "str_replace", 12),
         ("call_2", "write_file", 7),
         (None, None, None),  # changed outside any reporting tool
+    ]
+    assert [[(s["tool_call_id"], s["tool_seq"], s["before_sha256"], s["after_sha256"]) for s in r["steps"]]
+            for r in records] == [
+        [("call_1", None, "aa", None), ("call_5", 12, None, "bb")],  # call_1 reported no hash
+        [("call_2", 7, None, None)],
+        [],
     ]

@@ -15,9 +15,12 @@ from agentkeel.harness.stop_reasons import StopReasonCollector
 
 
 class FileTouchRecorder(Protocol):
-    """Receives "this tool call changed this workspace path" notes, for the run's change ledger."""
+    """Receives "this tool call changed this workspace path" notes, for the run's change ledger
+    (``after_sha256``: the file's sha256 once the call was done, when the tool could tell)."""
 
-    def touched(self, virtual_path: str, tool_call_id: str | None, tool_name: str) -> None: ...
+    def touched(
+        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None
+    ) -> None: ...
 
 
 class ProcessRegistry(Protocol):

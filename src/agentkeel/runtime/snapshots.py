@@ -2,7 +2,9 @@
 
 The worker captures the thread's workspace before the run and after it; the diff becomes the run's
 ``file.changed`` journal records (and the ``/changes`` route), each attributed by ``ChangeTracker``
-to the last tool call that reported touching the path. A rollback restores the "before" snapshot.
+to every tool call that reported touching the path, in order (``steps``; the top-level
+``tool_call_id`` / ``tool_name`` / ``tool_seq`` name the last one). A rollback restores the
+"before" snapshot.
 
 Why content is bounded: hashes are always computed (so every change is *seen*), but file contents are
 kept only up to per-file and total byte limits. A change to a file whose content was not kept cannot
@@ -275,43 +277,70 @@ def _writer(state: FileState) -> Callable[[Path], None]:
 class _Touch:
     tool_call_id: str | None
     tool_name: str
+    after_sha256: str | None
 
 
 class ChangeTracker:
-    """The run's ``FileTouchRecorder``: remembers the last tool call that touched each path."""
+    """The run's ``FileTouchRecorder``: remembers every tool call that touched each path, in order.
+
+    A file created by ``write_file`` and then edited by ``str_replace`` was changed by both; naming
+    only the last one hid the step that created it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # sync tools run on worker threads
-        self._touches: dict[str, _Touch] = {}
+        self._touches: dict[str, list[_Touch]] = {}
 
-    def touched(self, virtual_path: str, tool_call_id: str | None, tool_name: str) -> None:
+    def touched(
+        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None
+    ) -> None:
         rel = to_relpath(virtual_path)
         if rel is None:
             log.debug("change tracker: ignoring path outside the workspace: %s", virtual_path)
             return
+        touch = _Touch(tool_call_id, tool_name, after_sha256)
         with self._lock:
-            self._touches[rel] = _Touch(tool_call_id, tool_name)
+            steps = self._touches.setdefault(rel, [])
+            if steps and (steps[-1].tool_call_id, steps[-1].tool_name) == (tool_call_id, tool_name):
+                steps[-1] = touch  # the same step reporting again: its latest hash stands
+            else:
+                steps.append(touch)
 
     def attribute(
         self, diffs: list[FileDiff], seq_of_tool_call: Callable[[str], int | None]
     ) -> list[dict[str, Any]]:
         """``file.changed`` record data for each diff; ``tool_call_id`` None = changed outside any
-        tool that reported it (e.g. by a shell command or another process)."""
+        tool that reported it (e.g. by a shell command or another process).
+
+        ``steps`` lists every reporting tool call in order, each with its journal seq and the
+        file's hash before and after it (``None`` where a step could not hash the file); the
+        first step starts from the run's "before" hash."""
         with self._lock:
-            touches = dict(self._touches)
+            touches = {path: list(steps) for path, steps in self._touches.items()}
         records: list[dict[str, Any]] = []
         for diff in diffs:
-            touch = touches.get(diff.path)
-            call_id = touch.tool_call_id if touch else None
+            steps: list[dict[str, Any]] = []
+            before = diff.before_sha256
+            for touch in touches.get(diff.path, []):
+                call_id = touch.tool_call_id
+                steps.append({
+                    "tool_call_id": call_id,
+                    "tool_name": touch.tool_name,
+                    "tool_seq": seq_of_tool_call(call_id) if call_id else None,
+                    "before_sha256": before,
+                    "after_sha256": touch.after_sha256,
+                })
+                before = touch.after_sha256
+            last = steps[-1] if steps else {"tool_call_id": None, "tool_name": None, "tool_seq": None}
             records.append(
                 {
                     "path": to_virtual(diff.path),
                     "change": diff.change,
                     "before_sha256": diff.before_sha256,
                     "after_sha256": diff.after_sha256,
-                    "tool_call_id": call_id,
-                    "tool_name": touch.tool_name if touch else None,
-                    "tool_seq": seq_of_tool_call(call_id) if call_id else None,
+                    "tool_call_id": last["tool_call_id"],
+                    "tool_name": last["tool_name"],
+                    "tool_seq": last["tool_seq"],
+                    "steps": steps,
                 }
             )
         return records

@@ -26,6 +26,7 @@ from agentkeel.harness.middleware.safety_finish_reason import SafetyFinishReason
 from agentkeel.harness.middleware.side_effect_ledger import SideEffectLedger
 from agentkeel.harness.middleware.terminal_response import TerminalResponse
 from agentkeel.harness.middleware.token_budget import TokenBudget
+from agentkeel.harness.middleware.tool_call_arguments import ToolCallArguments
 from agentkeel.harness.middleware.tool_error_handling import ToolErrorHandling
 from agentkeel.harness.middleware.tool_output_budget import ToolOutputBudget
 from agentkeel.harness.middleware.tool_progress import ToolProgress
@@ -46,6 +47,7 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
     SideEffectLedger,
     TerminalResponse,
     TokenBudget,
+    ToolCallArguments,
     ToolErrorHandling,
     ToolOutputBudget,
     ToolProgress,
@@ -62,6 +64,7 @@ def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None
         DanglingToolCall(),
         LLMErrorHandling(limits.llm_retry, model=model),
         ToolErrorHandling(),
+        ToolCallArguments(),
         LoopDetection(limits.loop_detection),
         TokenBudget(limits.token_budget),
         TurnLimit(limits.turn_limit),

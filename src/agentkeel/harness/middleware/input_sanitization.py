@@ -1,13 +1,19 @@
 """The user's message reaches the model fenced and with its authority tags escaped.
 
 A user (or whoever controls the text a client forwards) can type ``<system-reminder>`` and be read
-as the framework. Before every model call, the last genuine user message of the request is
+as the framework. Before every model call, every genuine user message of the request is
 neutralised and wrapped in ``--- BEGIN USER INPUT ---`` / ``--- END USER INPUT ---``
 (:mod:`~agentkeel.harness.middleware.sanitize`).
 
+Why every one, not only the last: a message is sent the same way in every request and every run.
+Fencing only the latest one sent a thread's first message fenced in run 1 and bare in run 2, so the
+provider's prompt cache missed on the whole history from that message on, and an old message's
+tags were neutralised in one run and live in the next.
+
 Why on the request only: graph state keeps what the user actually wrote, so the transcript, the
 UI and later runs see the original; every request is derived from it again, and the transform is
-idempotent, so the history the provider sees is stable from call to call (prompt caching holds).
+idempotent, so the history the provider sees is byte-identical from call to call and from run to
+run (prompt caching holds).
 
 Why outermost: it must see the message as the client sent it, before any framework injection
 (hints, durable context) that it must not escape.
@@ -18,7 +24,6 @@ the whole agent down; the original request is sent and the failure is journaled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
@@ -33,35 +38,29 @@ SUMMARY_NAME = "summary"
 """``HumanMessage.name`` of a compaction summary: framework text, not the user's."""
 
 
-def last_user_index(messages: Sequence[BaseMessage]) -> int | None:
-    """Index of the last genuine user message: a HumanMessage that is neither a transient hint
-    nor a compaction summary."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, HumanMessage) and not is_hint(message) and message.name != SUMMARY_NAME:
-            return index
-    return None
+def is_user_input(message: BaseMessage) -> bool:
+    """A genuine user message: a HumanMessage that is neither a transient hint nor a compaction
+    summary (framework text, never fenced as the user's)."""
+    return isinstance(message, HumanMessage) and not is_hint(message) and message.name != SUMMARY_NAME
 
 
 def sanitized_request(request: ModelRequest) -> ModelRequest:
-    """``request`` with its last genuine user message neutralised and fenced (same id, name and
+    """``request`` with every genuine user message neutralised and fenced (same id, name and
     metadata); ``request`` itself when there is nothing to change."""
-    index = last_user_index(request.messages)
-    if index is None:
-        return request
-    message = request.messages[index]
-    if not text_of(message).strip():
-        return request
-    content = wrap_content(message.content)
-    if content == message.content:
-        return request
     messages = list(request.messages)
-    messages[index] = message.model_copy(update={"content": content})
-    return request.override(messages=messages)
+    changed = False
+    for index, message in enumerate(messages):
+        if not is_user_input(message) or not text_of(message).strip():
+            continue
+        content = wrap_content(message.content)
+        if content != message.content:
+            messages[index] = message.model_copy(update={"content": content})
+            changed = True
+    return request.override(messages=messages) if changed else request
 
 
 class InputSanitization(KeelMiddleware):
-    """Neutralises and fences the user's last message in every model request (never in state)."""
+    """Neutralises and fences every user message in every model request (never in state)."""
 
     contract: ClassVar[Contract] = Contract(
         axes={"model": on(mutates={"model_request.messages"}, slot="outermost")},
@@ -81,4 +80,4 @@ class InputSanitization(KeelMiddleware):
         return await handler(outgoing)
 
 
-__all__ = ["InputSanitization", "SUMMARY_NAME", "last_user_index", "sanitized_request"]
+__all__ = ["InputSanitization", "SUMMARY_NAME", "is_user_input", "sanitized_request"]

@@ -14,8 +14,10 @@ READ_MARK = "agentkeel_read_mark"
 
 
 def fingerprint(text: str) -> str:
-    """A short stable digest of a tool result, for "the same output again" comparisons."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:16]
+    """A short stable digest of a tool result's whole text, for "the same output again" comparisons.
+
+    Nothing is normalised away: two results with the same digest have the same content."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 __all__ = ["READ_MARK", "TOOL_META", "fingerprint"]

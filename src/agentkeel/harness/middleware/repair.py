@@ -21,7 +21,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 
-from agentkeel.harness.scripted.strict import RULES
+from agentkeel.harness.middleware.tool_call_arguments import argument_error, malformed_result
+from agentkeel.harness.scripted.strict import RULES, is_empty_assistant
 
 CONTINUING = "(continuing the conversation)"
 _SYNTHETIC_ID = "agentkeel_repair"
@@ -75,7 +76,8 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
     for index, message in enumerate(normalised):
         if isinstance(message, ToolMessage):
             continue
-        out.append(message)
+        promoted_here = isinstance(message, AIMessage) and bool(message.invalid_tool_calls)
+        out.append(message.model_copy(update={"invalid_tool_calls": []}) if promoted_here else message)
         if not isinstance(message, AIMessage) or not message.tool_calls:
             continue
         found = answers.get(index, {})
@@ -84,11 +86,18 @@ def repair_tool_pairing(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessa
         repairs.extend(
             Repair(3, "regrouped", call_id) for call_id, at in found.items() if not index < at <= block_end
         )
+        unparsed = {str(c["id"]): c for c in message.invalid_tool_calls}
         for call in message.tool_calls:
             call_id = str(call["id"])
-            if call_id not in found:
+            if call_id in found:
+                continue
+            if call_id in unparsed:  # a promoted invalid call: never executed, and we know why
+                raw = unparsed[call_id].get("args")
+                error = argument_error(raw) or str(unparsed[call_id].get("error") or "unparsable")
+                out.append(malformed_result(call_id, call["name"], raw, error, "RequestGrammar"))
+            else:
                 out.append(interrupted_result(call_id, call["name"]))
-                repairs.append(Repair(3, "synthetic_result", call_id))
+            repairs.append(Repair(3, "synthetic_result", call_id))
         last_result = max(found.values(), default=index)
         repairs.extend(
             Repair(5, "user_moved", normalised[at].id or f"message {at}")
@@ -129,12 +138,27 @@ def merge_system_messages(
     return merged, rest, repairs
 
 
+def drop_empty_assistant(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+    """Leave out every assistant message with neither content nor tool calls (a model that went
+    quiet): it says nothing, and strict providers reject it. Dropped from the request only."""
+    out: list[BaseMessage] = []
+    repairs: list[Repair] = []
+    for index, message in enumerate(messages):
+        if is_empty_assistant(message):
+            repairs.append(Repair(6, "empty_assistant_dropped", message.id or f"message {index}"))
+        else:
+            out.append(message)
+    return (out, repairs) if repairs else (list(messages), [])
+
+
 def repair_request(system_message: SystemMessage | None, messages: Sequence[BaseMessage]) -> RepairedRequest:
-    """Every repair, in the order that makes the result valid: system prompt, pairing, opening."""
+    """Every repair, in the order that makes the result valid: system prompt, empty assistant
+    messages, pairing, opening."""
     system, merged, repairs = merge_system_messages(system_message, messages)
-    paired, pairing = repair_tool_pairing(merged)
+    filled, emptied = drop_empty_assistant(merged)
+    paired, pairing = repair_tool_pairing(filled)
     opened, opening = ensure_user_first(paired)
-    return RepairedRequest(system, opened, [*repairs, *pairing, *opening])
+    return RepairedRequest(system, opened, [*repairs, *emptied, *pairing, *opening])
 
 
 def summarize(repairs: Iterable[Repair]) -> dict[str, Any]:
@@ -163,7 +187,9 @@ def _promote_invalid_calls(messages: Sequence[BaseMessage]) -> tuple[list[BaseMe
             {"name": c.get("name") or "unknown_tool", "args": {}, "id": c.get("id"), "type": "tool_call"}
             for c in message.invalid_tool_calls
         ]
-        out.append(message.model_copy(update={"tool_calls": [*message.tool_calls, *promoted], "invalid_tool_calls": []}))
+        # The invalid calls stay listed (request only) so an unanswered one is answered as malformed,
+        # not as interrupted; :func:`repair_tool_pairing` drops them once the pairing is done.
+        out.append(message.model_copy(update={"tool_calls": [*message.tool_calls, *promoted]}))
         repairs.extend(Repair(3, "invalid_call_normalised", str(c["id"])) for c in promoted)
     return out, repairs
 
@@ -246,6 +272,7 @@ def _join_content(contents: Sequence[Any]) -> Any:
 __all__ = [
     "CONTINUING",
     "Repair",
+    "drop_empty_assistant",
     "RepairedRequest",
     "ensure_user_first",
     "interrupted_result",

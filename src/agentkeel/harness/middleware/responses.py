@@ -39,7 +39,16 @@ def last_ai(response: ModelResponse) -> AIMessage | None:
 
 
 def replace_ai(response: ModelResponse, old: AIMessage, new: AIMessage) -> ModelResponse:
-    result = [new if m is old else m for m in response.result]
+    """``response`` with ``old`` replaced by ``new``. Results the response carries for calls ``new``
+    no longer makes (a guard withheld an already answered call) go too: a response never holds a
+    tool result without its call."""
+    kept = {c.get("id") for c in new.tool_calls}
+    gone = {c.get("id") for c in old.tool_calls} - kept
+    result = [
+        new if m is old else m
+        for m in response.result
+        if not (isinstance(m, ToolMessage) and m.tool_call_id in gone)
+    ]
     return ModelResponse(result=result, structured_response=response.structured_response)
 
 

@@ -36,6 +36,7 @@ from agentkeel.harness.middleware.responses import (
     text_of,
     was_stripped,
 )
+from agentkeel.harness.scripted.strict import is_empty_assistant
 
 INSTRUCTION_NAME = "terminal_instruction"
 INSTRUCTION = (
@@ -92,8 +93,11 @@ class TerminalResponse(KeelMiddleware):
             return response
         # Marked before the call: a failing extra call is not retried here, and never repeated.
         self._extra_call_used = True
+        # An empty reply is left out of the extra request: it says nothing, and strict providers
+        # reject an assistant message with neither content nor tool calls.
+        shown = [] if is_empty_assistant(ai) else [ai]
         final = await handler(request.override(
-            messages=[*request.messages, ai, hint_message(INSTRUCTION_NAME, [INSTRUCTION])], tools=[],
+            messages=[*request.messages, *shown, hint_message(INSTRUCTION_NAME, [INSTRUCTION])], tools=[],
         ))
         final_ai = last_ai(final)
         if final_ai is None:

@@ -9,8 +9,13 @@ and runs a small state machine per (thread, tool):
 ``active`` → ``warned`` (after ``stagnation_threshold`` consecutive problems; a hint tells the model
 to change course) → ``blocked`` (after ``warn_escalation`` more; at once for ``auth``/``config``).
 
-A problem is an ``empty``, ``rate_limited`` or ``error`` verdict, or an ``ok`` result nearly
-identical to one of the tool's last three ok results; any other result resets the tool to active.
+A problem is an ``empty``, ``rate_limited`` or ``error`` verdict, or an ``ok`` result identical or
+nearly identical to one of the tool's last three ok results; any other result resets the tool to
+active. "Identical" is the digest of the whole result; "nearly identical" is a similarity over
+*every* token of the whole result — words of any length, numbers and punctuation, each counted as
+often as it occurs. A stripped word set (long words only, duplicates folded) made different files
+equal: two files that differ only in their numbers and short words looked like the same output
+again, and a plain write/read round-robin over five files got ``read_file`` blocked.
 A blocked tool is not run again: its calls are answered with a ``[TOOL_BLOCKED]`` error, and the
 block is recorded once as the stop reason ``tool_blocked``. Results another guard produced instead
 of the tool (their stamp's ``source`` is that guard) say nothing about the tool and are ignored.
@@ -22,7 +27,7 @@ state, and committed only once the provider answered (a retried call carries the
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,8 +53,7 @@ Phase = Literal["active", "warned", "blocked"]
 
 COUNTED_SOURCES = frozenset({"tool", "exception"})
 RECENT_OK = 3
-_WORD_SCAN_CHARS = 8192
-_WORD = re.compile(r"\b\w{3,}\b")
+_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 # Why a tool is blocked, by the kind of its last problem.
 BLOCK_REASONS: dict[str, str] = {
@@ -68,14 +72,19 @@ _PROBLEM_WORDS: dict[str, str] = {
 }
 
 
-def word_set(text: str) -> frozenset[str]:
-    """Lowercase words of at least three characters in the first 8192 characters."""
-    return frozenset(_WORD.findall(text[:_WORD_SCAN_CHARS].lower()))
+Tokens = Counter[str]
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    union = a | b
-    return len(a & b) / len(union) if union else 1.0
+def tokens(text: str) -> Tokens:
+    """Every token of ``text`` with its count: runs of word characters (any length, digits
+    included) and single punctuation marks, case kept. Nothing is dropped or folded."""
+    return Counter(_TOKEN.findall(text))
+
+
+def similarity(a: Tokens, b: Tokens) -> float:
+    """Weighted Jaccard of two token multisets: shared occurrences over all occurrences."""
+    union = sum((a | b).values())
+    return sum((a & b).values()) / union if union else 1.0
 
 
 @dataclass
@@ -85,7 +94,7 @@ class ToolPhase:
     phase: Phase = "active"
     problems: int = 0
     reason: str = ""
-    recent: deque[tuple[str, frozenset[str]]] = field(default_factory=lambda: deque(maxlen=RECENT_OK))
+    recent: deque[tuple[str, Tokens]] = field(default_factory=lambda: deque(maxlen=RECENT_OK))
 
 
 class ToolProgress(KeelMiddleware):
@@ -149,10 +158,10 @@ class ToolProgress(KeelMiddleware):
         kind = status if status in ("empty", "rate_limited", "error") else None
         if status == "ok" and name not in self._actions:
             text = text_of(message)
-            fp, words = str(meta.get("fingerprint") or fingerprint(text)), word_set(text)
-            if self._near_duplicate(fp, words, state):
+            fp, counted = str(meta.get("fingerprint") or fingerprint(text)), tokens(text)
+            if self._near_duplicate(fp, counted, state):
                 kind = "duplicate"
-            state.recent.append((fp, words))
+            state.recent.append((fp, counted))
         if kind is None:
             state.phase, state.problems = "active", 0
             return
@@ -172,12 +181,13 @@ class ToolProgress(KeelMiddleware):
                 tool=name, kind=kind, problems=state.problems,
             )
 
-    def _near_duplicate(self, fp: str, words: frozenset[str], state: ToolPhase) -> bool:
-        min_words, threshold = self.limits.min_words, self.limits.similarity
-        for old_fp, old_words in state.recent:
+    def _near_duplicate(self, fp: str, counted: Tokens, state: ToolPhase) -> bool:
+        min_tokens, threshold = self.limits.min_words, self.limits.similarity
+        size = counted.total()
+        for old_fp, old in state.recent:
             if fp == old_fp:
                 return True
-            if len(words) >= min_words and len(old_words) >= min_words and jaccard(words, old_words) >= threshold:
+            if min(size, old.total()) >= min_tokens and similarity(counted, old) >= threshold:
                 return True
         return False
 
@@ -216,4 +226,4 @@ def _tool_messages(result: Any) -> list[ToolMessage]:
     return []
 
 
-__all__ = ["BLOCK_REASONS", "ToolPhase", "ToolProgress", "jaccard", "word_set"]
+__all__ = ["BLOCK_REASONS", "ToolPhase", "ToolProgress", "similarity", "tokens"]

@@ -16,13 +16,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.caches import BaseCache
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, InvalidToolCall, ToolCall
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -121,6 +121,14 @@ _PROVIDERS: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
+class WireCall(NamedTuple):
+    """One tool call as a provider sends it: id, name and the argument text."""
+
+    id: str
+    name: str
+    args: str
+
+
 @dataclass(frozen=True)
 class _Call:
     """One model call: who made it, which turn it is, and the (rendered) entry that answers it."""
@@ -200,7 +208,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         call = self._next_call()
         time.sleep(call.delay_s)
-        return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages))])
+        return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages)[0])])
 
     async def _agenerate(
         self,
@@ -211,7 +219,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         call = self._next_call()
         await asyncio.sleep(call.delay_s)
-        return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages))])
+        return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages)[0])])
 
     def _stream(
         self,
@@ -222,7 +230,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         call = self._next_call()
         time.sleep(call.delay_s)
-        for chunk in _split_reply(self._reply(call, messages), call.stream_chunks):
+        for chunk in _split_reply(*self._reply(call, messages), call.stream_chunks):
             if run_manager is not None and chunk.text:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
@@ -236,7 +244,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = self._next_call()
         await asyncio.sleep(call.delay_s)
-        for chunk in _split_reply(self._reply(call, messages), call.stream_chunks):
+        for chunk in _split_reply(*self._reply(call, messages), call.stream_chunks):
             if run_manager is not None and chunk.text:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
@@ -256,7 +264,7 @@ class ScriptedChatModel(BaseChatModel):
             entry = Turn.model_validate(render(entry.model_dump(by_alias=True, exclude_unset=True), values))
         return _Call(cursor.agent, cursor.instance, turn, entry)
 
-    def _reply(self, call: _Call, messages: Sequence[BaseMessage]) -> AIMessage:
+    def _reply(self, call: _Call, messages: Sequence[BaseMessage]) -> tuple[AIMessage, list[WireCall]]:
         """Check the request like a provider would, then answer, or fail as the entry says."""
         if self.script.strict:
             check_request(messages)
@@ -280,19 +288,34 @@ class ScriptedChatModel(BaseChatModel):
             )
         return self._answer(call, entry, sum(len(part) for part in request))
 
-    def _answer(self, call: _Call, entry: Turn, request_chars: int) -> AIMessage:
+    def _answer(self, call: _Call, entry: Turn, request_chars: int) -> tuple[AIMessage, list[WireCall]]:
+        """The complete reply (parsed as a provider client parses a non-streamed response) and its
+        tool calls as they travel on the wire (what a stream sends, raw argument text included)."""
         ids = f"{self.session.key}-{call.agent}-{call.instance}-{call.turn}"
-        tool_calls = [
-            ToolCall(name=spec.name, args=spec.args, id=spec.id or f"call-{ids}-{index}", type="tool_call")
-            for index, spec in enumerate(entry.tool_calls)
-        ]
+        tool_calls: list[ToolCall] = []
+        invalid: list[InvalidToolCall] = []
+        wire: list[WireCall] = []
+        for index, spec in enumerate(entry.tool_calls):
+            call_id = spec.id or f"call-{ids}-{index}"
+            wire.append(WireCall(call_id, spec.name, _args_json(spec.args) if spec.raw_args is None else spec.raw_args))
+            if spec.raw_args is None:
+                tool_calls.append(ToolCall(name=spec.name, args=spec.args, id=call_id, type="tool_call"))
+                continue
+            parsed = _parse_args(spec.raw_args)
+            if isinstance(parsed, dict):
+                tool_calls.append(ToolCall(name=spec.name, args=parsed, id=call_id, type="tool_call"))
+            else:
+                invalid.append(InvalidToolCall(
+                    name=spec.name, args=spec.raw_args, id=call_id, error=parsed, type="invalid_tool_call",
+                ))
         text = entry.say or ""
-        answer_chars = len(text) + sum(len(_args_json(tool_call["args"])) for tool_call in tool_calls)
+        answer_chars = len(text) + sum(len(c.args) for c in wire)
         model_provider, finish_key, vocabulary = _PROVIDERS[entry.provider]
-        finish = entry.finish_reason or ("tool_calls" if tool_calls else "stop")
-        return AIMessage(
+        finish = entry.finish_reason or ("tool_calls" if tool_calls or invalid else "stop")
+        message = AIMessage(
             content=text,
             tool_calls=tool_calls,
+            invalid_tool_calls=invalid,
             id=f"msg-{ids}",
             usage_metadata=_usage(entry.usage, request_chars, answer_chars),
             response_metadata={
@@ -301,6 +324,19 @@ class ScriptedChatModel(BaseChatModel):
                 "model_provider": model_provider,
             },
         )
+        return message, wire
+
+
+def _parse_args(raw: str) -> dict[str, Any] | str:
+    """The arguments a provider client would parse from ``raw`` (an object), else the error text.
+    Like the OpenAI client, an empty string means no arguments."""
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw, strict=False)
+    except json.JSONDecodeError as exc:
+        return f"arguments are not valid JSON: {exc}"
+    return parsed if isinstance(parsed, dict) else f"arguments are JSON {type(parsed).__name__}, not an object"
 
 
 def _args_json(args: Mapping[str, Any]) -> str:
@@ -322,7 +358,7 @@ def _pieces(text: str, count: int) -> list[str]:
     return [text[start:end] for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
-def _split_reply(message: AIMessage, count: int) -> list[ChatGenerationChunk]:
+def _split_reply(message: AIMessage, wire: list[WireCall], count: int) -> list[ChatGenerationChunk]:
     """The streamed form of ``message``: text, then each tool call's JSON args, then a closing chunk.
 
     Usage and finish metadata ride only on the closing chunk: chunks are merged with ``+``, which
@@ -333,14 +369,11 @@ def _split_reply(message: AIMessage, count: int) -> list[ChatGenerationChunk]:
         return ChatGenerationChunk(message=AIMessageChunk(id=message.id, **fields))
 
     chunks = [chunk(content=piece) for piece in _pieces(message.text, count)]
-    for index, tool_call in enumerate(message.tool_calls):
-        for position, piece in enumerate(_pieces(_args_json(tool_call["args"]), count)):
+    for index, (call_id, name, text) in enumerate(wire):
+        for position, piece in enumerate(_pieces(text, count) or [""]):
             first = position == 0
             fragment = tool_call_chunk(
-                name=tool_call["name"] if first else None,
-                args=piece,
-                id=tool_call["id"] if first else None,
-                index=index,
+                name=name if first else None, args=piece, id=call_id if first else None, index=index,
             )
             chunks.append(chunk(content="", tool_call_chunks=[fragment]))
     chunks.append(

@@ -72,7 +72,16 @@ def _json_data(args: dict[str, Any]) -> dict[str, Any]:
 class ToolCallSpec(_Strict):
     name: str = Field(min_length=1)
     args: Annotated[dict[str, Any], AfterValidator(_json_data)] = Field(default_factory=dict)
+    # The argument text exactly as a provider would send it, valid JSON or not (a truncated or
+    # broken string reproduces what real models sometimes emit).
+    raw_args: str | None = None
     id: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind_of_args(self) -> ToolCallSpec:
+        if self.raw_args is not None and "args" in self.model_fields_set:
+            raise ValueError("give either `args` or `raw_args`, not both")
+        return self
 
 
 class UsageSpec(_Strict):

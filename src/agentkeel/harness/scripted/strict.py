@@ -23,6 +23,7 @@ RULES: dict[int, str] = {
     3: "each tool call answered right after it, once",
     4: "tool result without a matching tool call",
     5: "user message between tool calls and their results",
+    6: "assistant message with neither content nor tool calls",
 }
 
 _CHAT_ROLES = {"system": "system", "developer": "system", "user": "human", "assistant": "ai", "tool": "tool"}
@@ -52,6 +53,28 @@ def check_request(messages: Sequence[BaseMessage]) -> None:
     _check_system(roles)
     _check_opening(roles)
     _check_tool_results(messages, roles)
+    _check_empty_assistant(messages)
+
+
+def is_empty_assistant(message: BaseMessage) -> bool:
+    """An assistant message with no tool call and no content a provider accepts: empty or blank
+    text, and no non-text block. Strict providers (Anthropic among them) reject it."""
+    if not isinstance(message, AIMessage) or calls_of(message):
+        return False
+    content = message.content
+    if isinstance(content, str):
+        return not content.strip()
+    return all(
+        isinstance(block, str) and not block.strip()
+        or isinstance(block, dict) and block.get("type") == "text" and not str(block.get("text") or "").strip()
+        for block in content
+    )
+
+
+def _check_empty_assistant(messages: Sequence[BaseMessage]) -> None:
+    for index, message in enumerate(messages):
+        if is_empty_assistant(message):
+            raise _broken(6, index, "an assistant message with no content and no tool calls")
 
 
 def _check_system(roles: list[str]) -> None:

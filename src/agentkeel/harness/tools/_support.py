@@ -40,11 +40,12 @@ def workspace(runtime: Runtime) -> Workspace:
     return Workspace(run_context(runtime).workspace_root)
 
 
-def report_touch(runtime: Runtime, virtual_path: str, tool_name: str) -> None:
-    """Tell the run's change ledger that this tool call changed ``virtual_path``."""
+def report_touch(runtime: Runtime, virtual_path: str, tool_name: str, after_sha256: str | None = None) -> None:
+    """Tell the run's change ledger that this tool call changed ``virtual_path`` (and, when known,
+    the file's sha256 afterwards)."""
     touches = run_context(runtime).touches
     if touches is not None:
-        touches.touched(virtual_path, runtime.tool_call_id, tool_name)
+        touches.touched(virtual_path, runtime.tool_call_id, tool_name, after_sha256)
 
 
 @contextmanager

@@ -177,10 +177,13 @@ async def _change(
 
     The change ledger hears of the file once it was opened for writing, also when the call then
     fails or runs out of time part-way: the file may have changed, and the ledger must not miss it.
+    It also hears the file's sha256 after a complete write (the whole file: an append re-reads it),
+    so a file several calls changed shows each step's result.
     """
     ctx = run_context(runtime)
     ws = Workspace(ctx.workspace_root)
     opened: list[str] = []
+    after: list[str] = []
 
     def work(deadline: Deadline) -> str:
         with tool_errors(path):
@@ -190,13 +193,14 @@ async def _change(
             with open_regular(real, flags) as handle:
                 opened.append(ws.to_virtual(real))
                 handle.write(data)
+            after.append(hashlib.sha256(real.read_bytes() if flags & os.O_APPEND else data).hexdigest())
         return opened[0]
 
     try:
         return await off_loop(tool, ctx.workspace_tool_timeout_s, work)
     finally:
         if opened:
-            report_touch(runtime, opened[0], tool)
+            report_touch(runtime, opened[0], tool, after[0] if after else None)
 
 
 READ_FILE = make_tool(read_file, "read_file", response_format="content_and_artifact")
