@@ -131,3 +131,5 @@ async def test_a_stalled_provider_is_abandoned_after_timeout_s_and_retried(
     assert record.status is RunStatus.success and len(openai_stub.requests()) == 2
     (retry,) = _retries(events)
     assert retry["reason"] == "timeout" and retry["status"] is None
+    # The abandoned request left no model.error (its SDK call was cancelled); the retry records it.
+    assert [e.kind for e in events if e.kind.startswith("model.")] == ["model.call"]

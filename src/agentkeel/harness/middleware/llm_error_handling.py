@@ -20,14 +20,13 @@ Retries re-run the *inner* chain, so inner guards see the retried request again.
 queues commit only after the provider answered (:class:`~agentkeel.harness.middleware.base.HintQueue`):
 a warning queued for the failed call is still on the retried one.
 
-A request over the model's context window also records the stop reason ``context_length_capped``
-(class ``limit``): the run ended where it did because its conversation outgrew the model.
-
 When the attempts run out, or the error is one no retry can fix, the run fails with
 :class:`ModelCallFailed`, naming the kind, the HTTP status, the model (configured name and
 ``provider:model``), the provider's message, the attempt count and — for a rejected key — the
 environment variable the key was read from. No fake assistant message is made up: a run that could
-not reach its model did not succeed, and must not look as if the model had answered.
+not reach its model did not succeed, and must not look as if the model had answered. A request over
+the model's context window also records the stop reason ``context_length_capped`` (class
+``limit``): the run ended where it did because its conversation outgrew the model.
 
 The wait before a retry honours the provider's ``retry-after-ms`` / ``Retry-After`` header, capped
 at ``limits.llm_retry.max_retry_after_ms`` (a provider asking for an hour must not park the run
