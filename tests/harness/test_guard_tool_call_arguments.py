@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from guard_kit import GuardHarness, Outcome, final_ai
 from langchain.agents.middleware.types import ModelResponse
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGenerationChunk
 
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.keys import TOOL_META
 from agentkeel.harness.middleware.responses import replace_ai, withhold
 from agentkeel.harness.middleware.tool_call_arguments import (
     MALFORMED,
+    StreamedArguments,
     argument_error,
     content_raw_args,
     malformed_result,
@@ -130,3 +134,16 @@ def test_withholding_an_answered_call_drops_its_result_too() -> None:
     response = ModelResponse(result=[ai, malformed_result("bad", "write_file", "{", "broken", "ToolCallArguments")])
     stripped = replace_ai(response, ai, withhold(ai, "TurnLimit", "[turn limit]"))
     assert [type(m).__name__ for m in stripped.result] == ["AIMessage"]
+
+
+def test_streamed_arguments_count_each_chunk_once_and_join_fragments_by_index() -> None:
+    def piece(args: str, call_id: str | None = None, index: int = 0) -> ChatGenerationChunk:
+        fragment = tool_call_chunk(name="write_file" if call_id else None, args=args, id=call_id, index=index)
+        return ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[fragment]))
+
+    run, capture = uuid4(), StreamedArguments()
+    chunks = [piece('{"path": "a', "c1"), piece('{"x": 1}', "c2", index=1), piece('.md"}')]
+    for chunk in chunks:  # the provider and the base model both report each chunk
+        capture.on_llm_new_token("", chunk=chunk, run_id=run)
+        capture.on_llm_new_token("", chunk=chunk, run_id=run)
+    assert capture.raw_args() == {"c1": '{"path": "a.md"}', "c2": '{"x": 1}'}
