@@ -258,7 +258,8 @@ def serve(make_provider: Callable[[], Provider]) -> None:
     sock.bind(("127.0.0.1", port))
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     sys.stdout.flush()
-    config = uvicorn.Config(build_app(make_provider()), log_level="warning", lifespan="off")
+    # A stalled answer still sleeping must not hold up the stub's exit.
+    config = uvicorn.Config(build_app(make_provider()), log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,27 +53,55 @@ def test_keel_run_completes_a_tool_task_with_the_providers_exact_usage(
         assert note.read_text() == "hello from a provider\n"
 
 
+@dataclass
+class Refused:
+    """One ``keel run`` that must fail: its config, process and ledger."""
+
+    config: Path
+    result: subprocess.CompletedProcess[str]
+    ledger: dict[str, Any]
+
+    @property
+    def output(self) -> str:
+        return self.result.stdout + self.result.stderr
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory, openai_stub_process: StubServer,
+            anthropic_stub_process: StubServer) -> tuple[dict[str, Refused], list[dict[str, Any]]]:
+    """A 401 (model ``gpt``), a missing key (``nokey``) and an unknown provider (``bogus``): three
+    processes side by side, each on its own database; what the OpenAI stub received meanwhile."""
+    stub = openai_stub_process
+    stub.reset()
+    stub.script({"error": "auth", "repeat": True})
+    configs = {model: write_config(tmp_path_factory.mktemp(f"cli-{model}"), stub, anthropic_stub_process)
+               for model in ("gpt", "nokey", "bogus")}
+    with ThreadPoolExecutor(len(configs)) as pool:
+        runs = pool.map(lambda model: keel_run(configs[model], "Write the note.", model), configs)
+        done = {model: Refused(configs[model], *run) for model, run in zip(configs, runs, strict=True)}
+    received = stub.requests()
+    stub.reset()
+    return done, received
+
+
 def test_keel_run_401_is_sent_once_and_the_ledger_names_the_model_and_the_key_variable(
-        config: Path, openai_stub: StubServer, anthropic_stub: StubServer) -> None:
-    stubs = {"gpt": openai_stub, "claude": anthropic_stub}
-    for stub in stubs.values():
-        stub.script({"error": "auth", "repeat": True})
-    for model, (result, ledger) in zip(stubs, both(config, *stubs), strict=True):
-        assert result.returncode != 0
-        assert len(stubs[model].requests()) == 1
-        assert ledger["status"] == "error" and ledger["clean"] is False
-        assert f"'{model}'" in ledger["error"] and STUB_KEY_ENV in ledger["error"]
-        detail = ledger["error_detail"]
-        assert (detail["kind"], detail["status"], detail["model"], detail["key_env"]) == ("auth", 401, model, STUB_KEY_ENV)
-        assert "finished cleanly" not in result.stdout + result.stderr
+        refused: tuple[dict[str, Refused], list[dict[str, Any]]]) -> None:
+    runs, received = refused
+    run = runs["gpt"]
+    assert run.result.returncode != 0
+    assert len(received) == 1 and received[0]["answered"]["status"] == 401
+    ledger = run.ledger
+    assert ledger["status"] == "error" and ledger["clean"] is False
+    assert "'gpt'" in ledger["error"] and STUB_KEY_ENV in ledger["error"]
+    detail = ledger["error_detail"]
+    assert (detail["kind"], detail["status"], detail["model"], detail["key_env"]) == ("auth", 401, "gpt", STUB_KEY_ENV)
+    assert "finished cleanly" not in run.output
 
 
-def test_keel_run_refuses_an_unusable_model_before_admission(config: Path, openai_stub: StubServer) -> None:
-    (missing, missing_ledger), (unknown, unknown_ledger) = both(config, "nokey", "bogus")
-    for result, ledger, named in ((missing, missing_ledger, UNSET_KEY_ENV), (unknown, unknown_ledger, "nosuchprovider")):
-        assert result.returncode != 0 and ledger == {}
-        output = result.stdout + result.stderr
-        assert named in output and "Traceback" not in output, output
-    assert "nokey" in missing.stdout + missing.stderr and "bogus" in unknown.stdout + unknown.stderr
-    assert run_records(config) == []  # refused before admission: no run record left behind
-    assert openai_stub.requests() == []
+@pytest.mark.parametrize(("model", "named"), [("nokey", UNSET_KEY_ENV), ("bogus", "nosuchprovider")])
+def test_keel_run_refuses_an_unusable_model_before_admission(
+        refused: tuple[dict[str, Refused], list[dict[str, Any]]], model: str, named: str) -> None:
+    run = refused[0][model]
+    assert run.result.returncode != 0 and run.ledger == {}
+    assert model in run.output and named in run.output and "Traceback" not in run.output, run.output
+    assert run_records(run.config) == []  # refused before admission: no run record left behind

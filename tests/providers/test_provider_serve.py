@@ -94,7 +94,7 @@ async def test_a_persistent_429_makes_exactly_max_attempts_requests_each_retry_j
     assert (first["attempt"], first["status"], first["wait_ms"], first["capped"]) == (1, 429, 300, False)
     assert (second["attempt"], second["wait_ms"], second["requested_wait_ms"], second["capped"]) == (2, 400, 30000, True)
     gaps = [b["at"] - a["at"] for a, b in zip(received, received[1:], strict=False)]
-    assert 0.3 <= gaps[0] < 3 and 0.4 <= gaps[1] < 3  # Retry-After honoured, the 30 s one capped
+    assert 0.3 <= gaps[0] < 10 and 0.4 <= gaps[1] < 10  # Retry-After honoured, the 30 s one capped
 
 
 @pytest.mark.parametrize(("model", "preset", "kind"), [
@@ -119,8 +119,8 @@ async def test_an_error_no_retry_can_fix_is_sent_once_and_named(
 
 
 @pytest.mark.parametrize(("model", "stall"), [
-    ("gpt", {"text": "a stalled stream", "stall_s": 6, "stall_after": 1}),  # headers sent, then nothing
-    ("claude", {"text": "a late answer", "delay_s": 6}),  # no headers at all
+    ("gpt", {"text": "a stalled stream", "stall_s": 12, "stall_after": 1}),  # headers sent, then nothing
+    ("claude", {"text": "a late answer", "delay_s": 12}),  # no headers at all
 ])
 async def test_a_stalled_call_is_abandoned_after_timeout_s_and_retried(
         keel_provider_server: KeelServer, request: pytest.FixtureRequest, model: str, stall: dict[str, Any]) -> None:
@@ -131,7 +131,7 @@ async def test_a_stalled_call_is_abandoned_after_timeout_s_and_retried(
     [retry] = retries(await journal(keel_provider_server, run))
     assert retry["reason"] == "timeout" and retry["attempt"] == 1
     received = stub.requests()
-    assert 1.5 <= received[1]["at"] - received[0]["at"] < 5  # models[].timeout_s is 2 s
+    assert 1.5 <= received[1]["at"] - received[0]["at"] < 10  # models[].timeout_s is 2 s; the stall is 12 s
 
 
 async def test_unusable_models_are_refused_before_admission_and_threads_still_work(
