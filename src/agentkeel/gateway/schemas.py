@@ -71,7 +71,7 @@ class RunCreate(BaseModel):
         return RunRequest(
             thread_id=thread_id,
             assistant_id=assistant.graph_id,
-            input=self.input,
+            input=self._input(),
             command=self.command,
             config=self._config(assistant),
             context={**assistant.context, **(self.context or {})} or None,
@@ -86,6 +86,12 @@ class RunCreate(BaseModel):
             durability=self._durability(),
             after_seconds=self.after_seconds,
         )
+
+    def _input(self) -> Any:
+        """With a ``command``, an empty ``input`` (``{}``, as chat UIs send when resuming) means
+        none, as on the LangGraph server; a non-empty one is still refused by the runtime, since
+        that server would silently drop it."""
+        return None if self.command is not None and self.input == {} else self.input
 
     def _config(self, assistant: AssistantTarget) -> dict[str, Any]:
         config = {**copy.deepcopy(assistant.config), **copy.deepcopy(self.config or {})}

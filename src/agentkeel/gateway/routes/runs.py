@@ -68,6 +68,12 @@ async def _admit(gw: Gateway, body: RunCreate, thread_id: str, *, must_exist: bo
     except ConflictError:
         raise ConflictError(BUSY_THREAD) from None
     gw.metrics.runs_created += 1
+    # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
+    # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
+    # thread's cleanup task exists, so this never re-creates a deleted thread.
+    await gw.runtime.store.upsert_thread(
+        thread_id, {"graph_id": assistant.graph_id, "assistant_id": assistant.assistant_id}
+    )
     return record
 
 
