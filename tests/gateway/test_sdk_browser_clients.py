@@ -119,6 +119,9 @@ async def test_a_run_stamps_its_thread_with_graph_and_assistant(client: Any) -> 
 
     found = await client.threads.search(metadata={"graph_id": "echo", "tag": tag})
     assert [t["thread_id"] for t in found] == [tid]
+    # Agent Chat UI searches by assistant_id when its assistant is given as a UUID.
+    by_uuid = await client.threads.search(metadata={"assistant_id": echo["assistant_id"], "tag": tag})
+    assert [t["thread_id"] for t in by_uuid] == [tid]
     await client.runs.wait(tid, "chat", input={"messages": [{"role": "user", "content": "hi"}]})
     assert (await client.threads.get(tid))["metadata"]["graph_id"] == "chat"  # the latest run's graph
     assert await client.threads.search(metadata={"graph_id": "echo", "tag": tag}) == []
@@ -149,3 +152,18 @@ async def test_a_resume_with_a_real_input_is_still_refused(client: Any) -> None:
         await client.runs.wait(tid, "hitl", input={"steps": 2}, command={"resume": "yes"})
     assert caught.value.response.status_code == 422
     assert caught.value.response.json()["field"] == "command"
+
+
+async def test_strict_resume_answers_only_a_waiting_interrupt(client: Any) -> None:
+    """``useStream``'s ``strictResume``: a second tab's resume of an answered interrupt is a 409."""
+    tid = (await client.threads.create())["thread_id"]
+    await client.runs.wait(tid, "hitl", input={"steps": 1})
+    first = await client.http.post(
+        f"/threads/{tid}/runs/wait", json={"assistant_id": "hitl", "command": {"resume": "yes"}, "strict_resume": True},
+    )
+    assert first["messages"][-1]["content"] == "human said yes"
+    with pytest.raises(httpx.HTTPStatusError) as caught:
+        await client.runs.wait(tid, "hitl", command={"resume": "again"}, strict_resume=True)
+    assert caught.value.response.status_code == 409
+    assert "no interrupt" in caught.value.response.json()["detail"]
+    assert len(await client.runs.list(tid)) == 2  # the refused resume left no run behind

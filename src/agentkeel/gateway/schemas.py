@@ -3,7 +3,8 @@
 Field names and defaults are the LangGraph Agent Server's, so the official SDKs drive these routes
 unchanged; unknown fields are tolerated as that server does. Fields AgentKeel cannot honour are
 refused with a 422 naming the field when set, never silently ignored: ``webhook``,
-``feedback_keys``, ``langsmith_tracer``, ``strict_resume``. The deprecated ``checkpoint_during``
+``feedback_keys``, ``langsmith_tracer``. ``strict_resume`` is honoured (by the run routes). The
+deprecated ``checkpoint_during``
 is mapped to the ``durability`` it stands for.
 
 The runtime validates and builds the run's config (dunder keys dropped, thread id stamped,
@@ -52,9 +53,9 @@ class RunCreate(BaseModel):
     webhook: Any = None
     feedback_keys: Any = None
     langsmith_tracer: Any = None
-    strict_resume: Any = None
+    strict_resume: bool | None = None  # a resume is refused (409) when no interrupt is waiting
 
-    @field_validator("webhook", "feedback_keys", "langsmith_tracer", "strict_resume")
+    @field_validator("webhook", "feedback_keys", "langsmith_tracer")
     @classmethod
     def _unsupported(cls, value: Any) -> Any:
         if value is not None:
