@@ -104,6 +104,14 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeelServer]
     server.stop()
 
 
+@pytest.fixture
+def closed_api_server(tmp_path: Path) -> Iterator[KeelServer]:
+    """A ``keel serve`` that allows no browser origin (``gateway.cors.allow_origins: []``)."""
+    server = start_server(write_project(tmp_path / "keel-closed", gateway={"cors": {"allow_origins": []}}))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def browser(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Debian's Chromium, headless, with a new empty profile (Playwright's own browsers are not

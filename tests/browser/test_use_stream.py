@@ -17,15 +17,20 @@ from server_support import ASKER_SCRIPT, LEAD_NOTE, QUESTION_TEXT, KeelServer
 TIMEOUT_MS = 20_000
 
 
-@pytest.fixture
-def page(browser: Any, page_url: str, api_server: KeelServer) -> Iterator[Any]:
-    assert page_url.rsplit(":", 1)[1] != api_server.url.rsplit(":", 1)[1]  # two origins
+def _open(browser: Any, page_url: str, api: KeelServer) -> Any:
+    assert page_url.rsplit(":", 1)[1] != api.url.rsplit(":", 1)[1]  # two origins
     page = browser.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     page.on("requestfailed", lambda request: _failed(problems, request))
-    page.goto(f"{page_url}/index.html?{urlencode({'api': api_server.url, 'assistant': 'lead'})}")
+    page.goto(f"{page_url}/index.html?{urlencode({'api': api.url, 'assistant': 'lead'})}")
     page.problems = problems
+    return page
+
+
+@pytest.fixture
+def page(page_url: str, api_server: KeelServer, browser: Any) -> Iterator[Any]:
+    page = _open(browser, page_url, api_server)
     yield page
     page.close()
 
@@ -95,3 +100,17 @@ def test_an_interrupt_is_answered_and_the_run_finishes(page: Any, api_server: Ke
     assert runs[0]["kwargs"]["command"] == {"resume": "boss"}
     assert page.get_by_test_id("errors").locator("li").count() == 0
     assert page.problems == []
+
+
+def test_without_cors_the_browser_blocks_the_page(page_url: str, closed_api_server: KeelServer, browser: Any) -> None:
+    """The control: the same page against a server that allows no origin gets nowhere, so the
+    tests above pass because of the CORS answers, not despite them."""
+    page = _open(browser, page_url, closed_api_server)
+    try:
+        _send(page, "write a note")
+        page.get_by_test_id("errors").locator("li").first.wait_for(timeout=TIMEOUT_MS)
+        assert any("net::ERR_FAILED" in problem for problem in page.problems)
+        assert page.get_by_test_id("thread-id").text_content() == ""
+        assert httpx.post(f"{closed_api_server.url}/threads/search", json={}).json() == []
+    finally:
+        page.close()
