@@ -30,9 +30,13 @@ from server_support import KeelServer, free_port, start_server, write_project
 
 APP = Path(__file__).parent / "app"
 CHROMIUM = Path("/usr/bin/chromium")
+# A name for 127.0.0.1 that is not a loopback name: a page served under it is "another site" to
+# the gateway's default CORS policy, without a second server or network access.
+FOREIGN_HOST = "chat.example"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    f"--host-resolver-rules=MAP {FOREIGN_HOST} 127.0.0.1",
 ]
 SOURCES = ("package.json", "package-lock.json", "index.html", "src")
 
@@ -96,18 +100,16 @@ def page_url(page_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="session")
+def foreign_page_url(page_url: str) -> str:
+    """The same page under ``FOREIGN_HOST`` (Chromium resolves it to 127.0.0.1)."""
+    return page_url.replace("127.0.0.1", FOREIGN_HOST)
+
+
+@pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeelServer]:
     """A real ``keel serve`` with the gateway tests' project (the scripted ``lead`` agent), its
     CORS settings left at their defaults: what a user gets."""
     server = start_server(write_project(tmp_path_factory.mktemp("keel-browser")))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def closed_api_server(tmp_path: Path) -> Iterator[KeelServer]:
-    """A ``keel serve`` that allows no browser origin (``gateway.cors.allow_origins: []``)."""
-    server = start_server(write_project(tmp_path / "keel-closed", gateway={"cors": {"allow_origins": []}}))
     yield server
     server.stop()
 
