@@ -29,8 +29,8 @@ class JsonBodies:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in _WITH_BODY:
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             declared = [v for k, v in scope["headers"] if k == b"content-type"]
-            if declared and not _is_json(declared[0]):
+            if declared and not _is_json(declared[0]):  # none declared: FastAPI reads JSON already
+                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
                 scope = {**scope, "headers": [*headers, (b"content-type", _JSON)]}
         await self.app(scope, receive, send)

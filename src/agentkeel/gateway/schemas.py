@@ -4,8 +4,7 @@ Field names and defaults are the LangGraph Agent Server's, so the official SDKs 
 unchanged; unknown fields are tolerated as that server does. Fields AgentKeel cannot honour are
 refused with a 422 naming the field when set, never silently ignored: ``webhook``,
 ``feedback_keys``, ``langsmith_tracer``. ``strict_resume`` is honoured (by the run routes). The
-deprecated ``checkpoint_during``
-is mapped to the ``durability`` it stands for.
+deprecated ``checkpoint_during`` is mapped to the ``durability`` it stands for.
 
 The runtime validates and builds the run's config (dunder keys dropped, thread id stamped,
 recursion limit clamped, model allowlist checked); what is done here is only what needs the
