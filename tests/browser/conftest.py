@@ -73,7 +73,7 @@ def page_dist(pytestconfig: pytest.Config) -> Path:
     return APP / "dist"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def page_url(page_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The page, served by a static file server on its own port (its own origin)."""
     port = free_port()
@@ -99,13 +99,13 @@ def page_url(page_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         process.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def foreign_page_url(page_url: str) -> str:
     """The same page under ``FOREIGN_HOST`` (Chromium resolves it to 127.0.0.1)."""
     return page_url.replace("127.0.0.1", FOREIGN_HOST)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeelServer]:
     """A real ``keel serve`` with the gateway tests' project (the scripted ``lead`` agent), its
     CORS settings left at their defaults: what a user gets."""
@@ -114,10 +114,13 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeelServer]
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Debian's Chromium, headless, with a new empty profile (Playwright's own browsers are not
-    downloadable here, and the system one is what CI installs)."""
+    downloadable here, and the system one is what CI installs).
+
+    Module-scoped, never session: Playwright's sync API runs an event loop on this thread while
+    it is open, and the asyncio tests of later modules cannot start theirs until it is closed."""
     if not CHROMIUM.exists():
         _unavailable(pytestconfig, "Chromium", f"{CHROMIUM} is missing (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
