@@ -98,13 +98,31 @@ class ToolsConfig(_Strict):
     bash: bool = False
 
 
+class CorsConfig(_Strict):
+    """Which browser origins may call the gateway (``gateway.cors``). Unset: pages served from a
+    loopback origin (``http://localhost:<any port>``, ``127.0.0.1``, ``[::1]``), so a local chat UI
+    works out of the box while a web page on another site cannot drive a local agent."""
+
+    allow_origins: list[str] | None = None  # exact origins, or ["*"] for any; None = loopback origins
+    max_age_s: Annotated[int, Field(ge=0)] = 600  # how long a browser may cache a preflight answer
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, origins: list[str] | None) -> list[str] | None:
+        for origin in origins or []:
+            if origin != "*" and (not origin.startswith(("http://", "https://")) or origin.endswith("/")):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or '*'")
+        return origins
+
+
 class GatewayConfig(_Strict):
-    """The HTTP gateway (``keel serve``): stream framing and shutdown bounds."""
+    """The HTTP gateway (``keel serve``): stream framing, shutdown bounds and browser access."""
 
     end_event: bool = False  # send `event: end` before closing a run stream (the Python SDK yields it)
     heartbeat_s: Annotated[float, Field(gt=0, le=5)] = 5.0  # SSE `: heartbeat` comment interval
     drain_s: Annotated[float, Field(ge=0)] = 10.0  # on SIGTERM: how long runs may finish before being interrupted
     wait_keepalive_s: Annotated[float, Field(gt=0)] = 5.0  # whitespace keep-alive interval of /wait and /join
+    cors: CorsConfig = Field(default_factory=CorsConfig)
 
 
 DatabaseUrlField = Annotated[DatabaseUrl, PlainValidator(as_database_url), PlainSerializer(str)]

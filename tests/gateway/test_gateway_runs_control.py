@@ -119,7 +119,6 @@ async def test_stateless_resume_needs_a_thread(client: httpx.AsyncClient) -> Non
     ("webhook", "http://example.com/hook"),
     ("feedback_keys", ["score"]),
     ("langsmith_tracer", {"project_name": "p"}),
-    ("strict_resume", True),
 ])
 async def test_unsupported_fields_are_refused_naming_the_field(client: httpx.AsyncClient, runtime: Runtime, field: str, value: object) -> None:
     tid = await new_thread(runtime)

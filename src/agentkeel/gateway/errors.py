@@ -10,6 +10,7 @@ answered with a bare 500, so internals never leak to a caller.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -57,9 +58,19 @@ async def _request_error(_request: Request, exc: Exception) -> JSONResponse:
     return _json(_PROBLEM_STATUS[exc.problem], exc.message, field=exc.field)
 
 
+def _problem(error: dict[str, Any]) -> tuple[str, str]:
+    """(field, message) of one validation error; a body that is not JSON names its parse error."""
+    location = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid":
+        reason = (error.get("ctx") or {}).get("error", "not JSON")
+        where = f" at character {location[1]}" if len(location) > 1 else ""
+        return "body", f"invalid JSON ({reason}{where})"
+    return _field_of(location), str(error.get("msg", "invalid"))
+
+
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [(_field_of(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))) for e in exc.errors()]
+    problems = [_problem(e) for e in exc.errors()]
     detail = "; ".join(f"{field}: {message.removeprefix('Value error, ')}" for field, message in problems)
     return _json(422, detail or "invalid request", field=problems[0][0] if problems else "body")
 

@@ -3,8 +3,8 @@
 Field names and defaults are the LangGraph Agent Server's, so the official SDKs drive these routes
 unchanged; unknown fields are tolerated as that server does. Fields AgentKeel cannot honour are
 refused with a 422 naming the field when set, never silently ignored: ``webhook``,
-``feedback_keys``, ``langsmith_tracer``, ``strict_resume``. The deprecated ``checkpoint_during``
-is mapped to the ``durability`` it stands for.
+``feedback_keys``, ``langsmith_tracer``. ``strict_resume`` is honoured (by the run routes). The
+deprecated ``checkpoint_during`` is mapped to the ``durability`` it stands for.
 
 The runtime validates and builds the run's config (dunder keys dropped, thread id stamped,
 recursion limit clamped, model allowlist checked); what is done here is only what needs the
@@ -52,9 +52,9 @@ class RunCreate(BaseModel):
     webhook: Any = None
     feedback_keys: Any = None
     langsmith_tracer: Any = None
-    strict_resume: Any = None
+    strict_resume: bool | None = None  # a resume is refused (409) when no interrupt is waiting
 
-    @field_validator("webhook", "feedback_keys", "langsmith_tracer", "strict_resume")
+    @field_validator("webhook", "feedback_keys", "langsmith_tracer")
     @classmethod
     def _unsupported(cls, value: Any) -> Any:
         if value is not None:
@@ -71,7 +71,7 @@ class RunCreate(BaseModel):
         return RunRequest(
             thread_id=thread_id,
             assistant_id=assistant.graph_id,
-            input=self.input,
+            input=self._input(),
             command=self.command,
             config=self._config(assistant),
             context={**assistant.context, **(self.context or {})} or None,
@@ -86,6 +86,12 @@ class RunCreate(BaseModel):
             durability=self._durability(),
             after_seconds=self.after_seconds,
         )
+
+    def _input(self) -> Any:
+        """With a ``command``, an empty ``input`` (``{}``, as chat UIs send when resuming) means
+        none, as on the LangGraph server; a non-empty one is still refused by the runtime, since
+        that server would silently drop it."""
+        return None if self.command is not None and self.input == {} else self.input
 
     def _config(self, assistant: AssistantTarget) -> dict[str, Any]:
         config = {**copy.deepcopy(assistant.config), **copy.deepcopy(self.config or {})}

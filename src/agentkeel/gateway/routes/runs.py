@@ -23,6 +23,7 @@ from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import BUSY_THREAD, NotFound
 from agentkeel.gateway.schemas import RunCreate, RunsCancel, StatelessRunCreate
 from agentkeel.gateway.sse import event_stream, json_when_done, until_end
+from agentkeel.gateway.threads_view import thread_view
 from agentkeel.runtime.assistants import resolve_assistant
 from agentkeel.runtime.bridge import LIVE
 from agentkeel.runtime.manager import CancelOutcome
@@ -63,12 +64,28 @@ async def _admit(gw: Gateway, body: RunCreate, thread_id: str, *, must_exist: bo
     # With if_not_exists=create the thread is created by admission itself, atomically with the
     # run: a request refused by validation leaves no thread behind.
     request = body.to_request(thread_id, assistant)
+    if body.strict_resume and "resume" in (body.command or {}):
+        await _require_waiting_interrupt(gw, thread_id)
     try:
         record = await gw.runtime.manager.create(request)
     except ConflictError:
         raise ConflictError(BUSY_THREAD) from None
     gw.metrics.runs_created += 1
+    # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
+    # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
+    # thread's cleanup task exists, so this never re-creates a deleted thread.
+    await gw.runtime.store.upsert_thread(
+        thread_id, {"graph_id": assistant.graph_id, "assistant_id": assistant.assistant_id}
+    )
     return record
+
+
+async def _require_waiting_interrupt(gw: Gateway, thread_id: str) -> None:
+    """``strict_resume``: a resume must answer an interrupt the thread is waiting on now (not one
+    already answered by another tab, or one a queued run has yet to raise)."""
+    thread = await gw.runtime.store.get_thread(thread_id)
+    if thread is None or not (await thread_view(gw.runtime, thread))["interrupts"]:
+        raise ConflictError(f"strict_resume: thread {thread_id} has no interrupt waiting for a resume")
 
 
 async def _admit_stateless(gw: Gateway, body: StatelessRunCreate) -> tuple[RunRecord, asyncio.Task[Any] | None]:
