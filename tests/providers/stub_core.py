@@ -25,7 +25,8 @@ A step (JSON object, every key optional):
   "type"?, "code"?, "message"?}``; ``retry_after`` (seconds, header ``retry-after``, and
   ``retry-after-ms`` for OpenAI).
 - ``delay_s``: sleep before the response headers; ``stall_s``: in a stream, sleep after
-  ``stall_after`` (default 1) events; in a non-stream response, sleep before answering.
+  ``stall_after`` (default 1) events; in a non-stream response, sleep before answering;
+  ``pace_s``: in a stream, sleep before every event (a slow model that keeps producing).
 - ``repeat``: keep this step at the head of the queue.
 """
 
@@ -82,6 +83,7 @@ class Step:
     delay_s: float
     stall_s: float
     stall_after: int
+    pace_s: float
     repeat: bool
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -112,6 +114,7 @@ class Step:
             delay_s=float(raw.get("delay_s", 0)),
             stall_s=float(raw.get("stall_s", 0)),
             stall_after=int(raw.get("stall_after", 1)),
+            pace_s=float(raw.get("pace_s", 0)),
             repeat=bool(raw.get("repeat", False)),
             raw=raw,
         )
@@ -176,6 +179,8 @@ async def _paced(frames: list[str], step: Step) -> AsyncIterator[str]:
     for i, frame in enumerate(frames):
         if step.stall_s and i == step.stall_after:
             await asyncio.sleep(step.stall_s)
+        if step.pace_s:
+            await asyncio.sleep(step.pace_s)
         yield frame
 
 

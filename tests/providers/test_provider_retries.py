@@ -45,8 +45,8 @@ async def _runtime(tmp_path: Path, stub: StubServer, use: str, *, retry: dict[st
         yield rt
 
 
-async def _run(rt: Runtime) -> tuple[RunRecord, list[JournalEvent]]:
-    record = await rt.manager.create(RunRequest(thread_id=f"t-{uuid.uuid4().hex[:8]}", input="hello"))
+async def _run(rt: Runtime, **request: Any) -> tuple[RunRecord, list[JournalEvent]]:
+    record = await rt.manager.create(RunRequest(thread_id=f"t-{uuid.uuid4().hex[:8]}", input="hello", **request))
     async with asyncio.timeout(30):
         done = await rt.manager.wait(record.run_id)
     assert done is not None
@@ -132,4 +132,19 @@ async def test_a_stalled_provider_is_abandoned_after_timeout_s_and_retried(
     (retry,) = _retries(events)
     assert retry["reason"] == "timeout" and retry["status"] is None
     # The abandoned request left no model.error (its SDK call was cancelled); the retry records it.
+    assert [e.kind for e in events if e.kind.startswith("model.")] == ["model.call"]
+
+
+@pytest.mark.parametrize("use", [OPENAI, ANTHROPIC])
+async def test_a_long_answer_that_keeps_streaming_is_not_cut_off_by_timeout_s(
+    request: pytest.FixtureRequest, stub_key: str, tmp_path: Path, use: str,
+) -> None:
+    # 12 events 0.15 s apart: 1.8 s in all, more than three times timeout_s, never silent for it.
+    stub = _stub(request, use)
+    stub.script({"text": "a long answer in many pieces", "chunks": 8, "pace_s": 0.15})
+    async with _runtime(tmp_path, stub, use, timeout_s=0.5) as rt:
+        record, events = await _run(rt, stream_mode=["messages-tuple"])
+    (sent,) = stub.requests()
+    assert sent["body"]["stream"] is True
+    assert record.status is RunStatus.success and _retries(events) == []
     assert [e.kind for e in events if e.kind.startswith("model.")] == ["model.call"]

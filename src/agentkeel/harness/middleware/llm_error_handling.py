@@ -12,9 +12,10 @@ This is the *only* retry layer: the provider clients are built with their own re
 is visible here — journaled as an intervention (attempt, HTTP status, wait, kind) and announced on
 the custom stream (``{"type": "llm_retry", ...}``).
 
-Each attempt is bounded by the model's ``timeout_s``: a stalled call is abandoned and counts as a
-retriable ``timeout``, so a provider that stops answering costs ``timeout_s`` per attempt, not the
-run's whole wall-clock limit.
+Each attempt is bounded by the model's ``timeout_s`` of silence: a call that has sent nothing for
+that long — no first token, or no next one — is abandoned and counts as a retriable ``timeout``, so
+a provider that stops answering costs ``timeout_s`` per attempt, not the run's whole wall-clock
+limit; a long answer that keeps streaming is never cut off.
 
 Retries re-run the *inner* chain, so inner guards see the retried request again. That is why hint
 queues commit only after the provider answered (:class:`~agentkeel.harness.middleware.base.HintQueue`):
@@ -43,12 +44,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
+from uuid import UUID
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.config import get_stream_writer
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
+from agentkeel.harness.middleware.listen import listening
 from agentkeel.harness.provider_errors import ProviderError, classify
 from agentkeel.limits import LLMRetryLimits
 
@@ -73,11 +77,31 @@ class ModelRef:
 
 
 class AttemptTimedOut(TimeoutError):
-    """One attempt got no response within the model's ``timeout_s`` and was abandoned."""
+    """One attempt received nothing for the model's ``timeout_s`` and was abandoned."""
 
     def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"no response within {timeout_s:g} s (models[].timeout_s); the call was abandoned")
+        super().__init__(f"nothing received for {timeout_s:g} s (models[].timeout_s); the call was abandoned")
         self.timeout_s = timeout_s
+
+
+class _Progress(BaseCallbackHandler):
+    """Pushes an attempt's deadline back by ``timeout_s`` on every streamed token.
+
+    So ``timeout_s`` bounds the silence of a call — the wait for its first token, and between two
+    tokens — not the length of an answer that keeps streaming: a long generation on a slow model
+    is not cut off and re-sent, a provider that stops sending is abandoned. A call that is not
+    streamed has no tokens to report, so for it ``timeout_s`` bounds the whole call.
+    """
+
+    run_inline = True  # called on the event loop's thread, where the scope may be rescheduled
+
+    def __init__(self, scope: asyncio.Timeout, timeout_s: float) -> None:
+        self._scope = scope
+        self._timeout_s = timeout_s
+
+    def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if not self._scope.expired():
+            self._scope.reschedule(asyncio.get_running_loop().time() + self._timeout_s)
 
 
 class ModelCallFailed(RuntimeError):
@@ -195,7 +219,8 @@ class LLMErrorHandling(KeelMiddleware):
         scope = asyncio.timeout(timeout_s)
         try:
             async with scope:
-                return await handler(request)
+                with listening(_Progress(scope, timeout_s)):
+                    return await handler(request)
         except TimeoutError:
             if scope.expired():
                 raise AttemptTimedOut(timeout_s) from None

@@ -31,19 +31,17 @@ A guard outer of this one that withholds or suppresses such a call also drops it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 from uuid import UUID
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolCall, ToolMessage
-from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META, fingerprint
+from agentkeel.harness.middleware.listen import listening
 from agentkeel.harness.middleware.responses import last_ai
 
 MALFORMED = "agentkeel_malformed"
@@ -117,24 +115,6 @@ class StreamedArguments(BaseCallbackHandler):
 
     def raw_args(self) -> dict[str, str]:
         return {str(entry["id"]): entry["args"] for entry in self._calls.values() if entry["id"]}
-
-
-@contextmanager
-def listening(handler: BaseCallbackHandler) -> Iterator[None]:
-    """Add ``handler`` to the callbacks of every runnable (the chat model) called in this block."""
-    config = ensure_config()
-    callbacks = config.get("callbacks")
-    if isinstance(callbacks, BaseCallbackManager):
-        manager = callbacks.copy()
-        manager.add_handler(handler, inherit=True)
-        added: Any = manager
-    else:
-        added = [*(callbacks or []), handler]
-    token = var_child_runnable_config.set({**config, "callbacks": added})
-    try:
-        yield
-    finally:
-        var_child_runnable_config.reset(token)
 
 
 def content_raw_args(message: AIMessage) -> dict[str, str]:
@@ -215,7 +195,6 @@ __all__ = [
     "ToolCallArguments",
     "argument_error",
     "content_raw_args",
-    "listening",
     "malformed_result",
     "split_malformed",
 ]
