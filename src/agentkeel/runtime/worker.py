@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,11 +48,11 @@ from agentkeel.runtime.checkpoints import (
     mark_checkpoint_mode,
     restore_rollback_point,
 )
+from agentkeel.runtime.graph_stream import stream_graph
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import continue_stream, history_of
-from agentkeel.runtime.serialization import Memo, to_jsonable
 from agentkeel.runtime.side_effects import prior_calls, recovered_notes
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
@@ -231,61 +231,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     graph_input = prepared.graph_input
     if active.resumed_from is not None and await _checkpointed_by(state.accessor, record):
         graph_input = None  # continue from the last checkpoint: LangGraph re-runs what was pending
-    await _stream(deps, active, graph, config, context, graph_input)
+    await stream_graph(deps.bridge, active, graph, config, context, graph_input)
     state.status = RunStatus.success
-
-
-async def _stream(
-    deps: WorkerDeps, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any
-) -> None:
-    prepared = active.prepared
-    run_id = active.record.run_id
-    modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
-    memo: Memo = {}
-    try:
-        async with asyncio.timeout(prepared.timeout_s) as deadline:
-            async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
-                await deps.bridge.publish(run_id, name, to_jsonable(data, memo))
-                if active.abort is not None:
-                    # The abort's task.cancel() can be lost inside a library await: on Python
-                    # 3.11 asyncio.wait_for returns the inner result instead of raising when both
-                    # finish together (redis-py wraps every socket write in it). Honour it here.
-                    raise asyncio.CancelledError
-    except TimeoutError as exc:
-        if deadline.expired():
-            exc._agentkeel_run_timeout = True  # type: ignore[attr-defined]
-        raise
-
-
-async def _chunks(
-    graph: Any, prepared: Any, graph_input: Any, config: Any, context: RunContext, modes: list[str]
-) -> AsyncIterator[tuple[str, Any]]:
-    """``(event name, data)`` for every chunk of the requested modes.
-
-    The ``events`` mode is LangChain's ``astream_events`` (v2), which is not a LangGraph stream
-    mode: the graph is then driven through ``astream_events``, whose root ``on_chain_stream``
-    events carry the ordinary stream chunks, so both kinds are published from one execution.
-    """
-    graph_modes = [m for m in modes if m != "events"] or ["values"]
-    kwargs = dict(
-        context=context, stream_mode=graph_modes,
-        subgraphs=prepared.request.stream_subgraphs, **prepared.stream_options,
-    )
-    if "events" not in modes:
-        async for item in graph.astream(graph_input, config, **kwargs):
-            yield _chunk_name(item)
-        return
-    async for event in graph.astream_events(graph_input, config, version="v2", **kwargs):
-        if event["event"] == "on_chain_stream" and not event.get("parent_ids"):
-            name, data = _chunk_name(event["data"]["chunk"])
-            if name.split("|", 1)[0] in modes:
-                yield name, data
-        yield "events", event
-
-
-def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:
-    namespace, mode, chunk = item if len(item) == 3 else ((), *item)
-    return (mode if not namespace else f"{mode}|{'|'.join(namespace)}"), chunk
 
 
 async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: BaseException) -> None:

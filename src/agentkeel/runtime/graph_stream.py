@@ -1,0 +1,78 @@
+"""Driving one run's graph and publishing what it streams.
+
+Kept apart from the worker's lifecycle (claim, finalize, persist): this is the one place a graph
+is executed, and the one place its chunks are named (``mode`` or ``mode|namespace``) and handed to
+the stream bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentkeel.harness.context import RunContext
+from agentkeel.runtime.active import ActiveRun
+from agentkeel.runtime.bridge import StreamBridge
+from agentkeel.runtime.serialization import Memo, to_jsonable
+
+
+async def stream_graph(
+    bridge: StreamBridge, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any
+) -> None:
+    """Execute the graph, publishing every chunk, within the run's wall-clock limit.
+
+    A ``TimeoutError`` raised because that limit expired is marked ``_agentkeel_run_timeout`` so the
+    worker can tell the run's own timeout (status ``timeout``) from any other timeout inside it.
+    """
+    prepared = active.prepared
+    run_id = active.record.run_id
+    modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
+    memo: Memo = {}
+    try:
+        async with asyncio.timeout(prepared.timeout_s) as deadline:
+            async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
+                await bridge.publish(run_id, name, to_jsonable(data, memo))
+                if active.abort is not None:
+                    # The abort's task.cancel() can be lost inside a library await: on Python
+                    # 3.11 asyncio.wait_for returns the inner result instead of raising when both
+                    # finish together (redis-py wraps every socket write in it). Honour it here.
+                    raise asyncio.CancelledError
+    except TimeoutError as exc:
+        if deadline.expired():
+            exc._agentkeel_run_timeout = True  # type: ignore[attr-defined]
+        raise
+
+
+async def _chunks(
+    graph: Any, prepared: Any, graph_input: Any, config: Any, context: RunContext, modes: list[str]
+) -> AsyncIterator[tuple[str, Any]]:
+    """``(event name, data)`` for every chunk of the requested modes.
+
+    The ``events`` mode is LangChain's ``astream_events`` (v2), which is not a LangGraph stream
+    mode: the graph is then driven through ``astream_events``, whose root ``on_chain_stream``
+    events carry the ordinary stream chunks, so both kinds are published from one execution.
+    """
+    graph_modes = [m for m in modes if m != "events"] or ["values"]
+    kwargs = dict(
+        context=context, stream_mode=graph_modes,
+        subgraphs=prepared.request.stream_subgraphs, **prepared.stream_options,
+    )
+    if "events" not in modes:
+        async for item in graph.astream(graph_input, config, **kwargs):
+            yield _chunk_name(item)
+        return
+    async for event in graph.astream_events(graph_input, config, version="v2", **kwargs):
+        if event["event"] == "on_chain_stream" and not event.get("parent_ids"):
+            name, data = _chunk_name(event["data"]["chunk"])
+            if name.split("|", 1)[0] in modes:
+                yield name, data
+        yield "events", event
+
+
+def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:
+    namespace, mode, chunk = item if len(item) == 3 else ((), *item)
+    return (mode if not namespace else f"{mode}|{'|'.join(namespace)}"), chunk
+
+
+__all__ = ["stream_graph"]
