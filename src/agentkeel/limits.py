@@ -136,6 +136,28 @@ class RequestGrammarLimits(_Strict):
     mode: Literal["repair", "strict"] = "repair"
 
 
+class SummarizationLimits(_Strict):
+    """Compaction: what the model is sent shrinks to a summary plus the kept tail; the thread keeps
+    every message. Off by default; enabled without a trigger is a config error (it could never
+    fire). ``model``: a name from ``models`` (checked at start-up); None: the run's own model."""
+
+    enabled: bool = False
+    trigger_tokens: Annotated[int, Field(ge=100)] | None = None
+    trigger_messages: Annotated[int, Field(ge=2)] | None = None
+    keep_messages: Annotated[int, Field(ge=1)] = 20
+    model: str | None = None
+
+    @model_validator(mode="after")
+    def _triggered(self) -> SummarizationLimits:
+        if self.enabled and self.trigger_tokens is None and self.trigger_messages is None:
+            raise ValueError(
+                "summarization is enabled without a trigger: set trigger_tokens or trigger_messages"
+            )
+        if self.trigger_messages is not None and self.keep_messages >= self.trigger_messages:
+            raise ValueError("keep_messages must be < trigger_messages, or every turn would compact")
+        return self
+
+
 class Limits(_Strict):
     """Budgets, bounds and timeouts of the control plane, and the guards' thresholds."""
 
@@ -174,6 +196,7 @@ class Limits(_Strict):
     tool_result_sanitization: SanitizationLimits = Field(default_factory=SanitizationLimits)
     llm_retry: LLMRetryLimits = Field(default_factory=LLMRetryLimits)
     request_grammar: RequestGrammarLimits = Field(default_factory=RequestGrammarLimits)
+    summarization: SummarizationLimits = Field(default_factory=SummarizationLimits)
 
 
 __all__ = [
@@ -183,6 +206,7 @@ __all__ = [
     "LoopDetectionLimits",
     "RequestGrammarLimits",
     "SanitizationLimits",
+    "SummarizationLimits",
     "SwitchLimits",
     "TokenBudgetLimits",
     "ToolOutputLimits",

@@ -14,12 +14,26 @@ The mode is a per-process constant fixed at start-up; this module only maps it t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from langchain.agents import AgentState
+from langchain.agents.middleware.types import OmitFromInput
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
+
+from agentkeel.harness.durable import (
+    Compaction,
+    DelegationEntry,
+    OriginalRequest,
+    SkillEntry,
+    delegations_delta,
+    merge_compaction,
+    merge_delegations,
+    merge_original_request,
+    merge_skills,
+    skills_delta,
+)
 
 CheckpointMode = Literal["full", "delta"]
 CHECKPOINT_MODES: tuple[CheckpointMode, ...] = ("full", "delta")
@@ -65,15 +79,37 @@ def _delta_messages_channel() -> DeltaChannel[list[AnyMessage]]:
     return DeltaChannel(merge_message_batches, snapshot_frequency=MESSAGES_SNAPSHOT_FREQUENCY)
 
 
-class DeltaAgentState(AgentState):
-    """``AgentState`` whose ``messages`` channel stores per-step deltas.
+# A ledger or skill list changes by one entry at a time; in delta mode it is stored as such.
+DURABLE_SNAPSHOT_FREQUENCY = 50
+
+
+class FullAgentState(AgentState):
+    """``AgentState`` plus the durable channels (:mod:`agentkeel.harness.durable`), stored whole."""
+
+    delegations: NotRequired[Annotated[list[DelegationEntry], OmitFromInput, merge_delegations]]
+    skills: NotRequired[Annotated[list[SkillEntry], OmitFromInput, merge_skills]]
+    compaction: NotRequired[Annotated[Compaction | None, OmitFromInput, merge_compaction]]
+    original_request: NotRequired[Annotated[OriginalRequest | None, OmitFromInput, merge_original_request]]
+
+
+class DeltaAgentState(FullAgentState):
+    """The agent state whose ``messages``, ``delegations`` and ``skills`` store per-step deltas.
 
     ``create_agent`` merges middleware state schemas *before* the one passed as ``state_schema``,
     so this ``messages`` annotation wins over the plain ``add_messages`` one middleware inherit
-    from ``AgentState``.
+    from ``AgentState``. The small ``compaction`` and ``original_request`` values are stored whole
+    in both modes (their reducers are batching-invariant all the same).
     """
 
     messages: Annotated[list[AnyMessage], _delta_messages_channel()]
+    delegations: NotRequired[Annotated[
+        list[DelegationEntry],
+        DeltaChannel(delegations_delta, snapshot_frequency=DURABLE_SNAPSHOT_FREQUENCY),
+        OmitFromInput,
+    ]]
+    skills: NotRequired[Annotated[
+        list[SkillEntry], DeltaChannel(skills_delta, snapshot_frequency=DURABLE_SNAPSHOT_FREQUENCY), OmitFromInput,
+    ]]
 
 
 class FullMessagesState(TypedDict):
@@ -92,7 +128,7 @@ def _checked(mode: str) -> CheckpointMode:
 
 def agent_state_schema(mode: CheckpointMode) -> type[AgentState]:
     """The ``state_schema`` to pass to ``langchain.agents.create_agent`` in ``mode``."""
-    return AgentState if _checked(mode) == "full" else DeltaAgentState
+    return FullAgentState if _checked(mode) == "full" else DeltaAgentState
 
 
 def messages_state_schema(mode: CheckpointMode) -> type:
@@ -105,6 +141,7 @@ __all__ = [
     "MESSAGES_SNAPSHOT_FREQUENCY",
     "CheckpointMode",
     "DeltaAgentState",
+    "FullAgentState",
     "agent_state_schema",
     "merge_message_batches",
     "messages_state_schema",

@@ -34,14 +34,15 @@ from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.responses import is_hint, text_of
 from agentkeel.harness.middleware.sanitize import wrap_content
 
-SUMMARY_NAME = "summary"
-"""``HumanMessage.name`` of a compaction summary: framework text, not the user's."""
+DURABLE_CONTEXT_NAME = "durable_context"
+"""``HumanMessage.name`` of the durable-context data message (the compaction summary, the ledger,
+loaded skills): framework text, not the user's."""
 
 
 def is_user_input(message: BaseMessage) -> bool:
-    """A genuine user message: a HumanMessage that is neither a transient hint nor a compaction
-    summary (framework text, never fenced as the user's)."""
-    return isinstance(message, HumanMessage) and not is_hint(message) and message.name != SUMMARY_NAME
+    """A genuine user message: a HumanMessage that is neither a transient hint nor the durable-context
+    data message (framework text, never fenced as the user's)."""
+    return isinstance(message, HumanMessage) and not is_hint(message) and message.name != DURABLE_CONTEXT_NAME
 
 
 def sanitized_request(request: ModelRequest) -> ModelRequest:
@@ -80,4 +81,4 @@ class InputSanitization(KeelMiddleware):
         return await handler(outgoing)
 
 
-__all__ = ["InputSanitization", "SUMMARY_NAME", "is_user_input", "sanitized_request"]
+__all__ = ["DURABLE_CONTEXT_NAME", "InputSanitization", "is_user_input", "sanitized_request"]
