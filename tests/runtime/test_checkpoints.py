@@ -24,6 +24,7 @@ from runtime_support import checkpointer_on
 
 from agentkeel.harness.state import (
     DeltaAgentState,
+    FullAgentState,
     agent_state_schema,
     merge_message_batches,
     messages_state_schema,
@@ -136,7 +137,7 @@ def test_merge_message_batches_is_batching_invariant() -> None:
 
 
 def test_agent_state_schemas() -> None:
-    assert agent_state_schema("full") is AgentState
+    assert agent_state_schema("full") is FullAgentState
     assert agent_state_schema("delta") is DeltaAgentState
     with pytest.raises(ValueError):
         agent_state_schema("other")  # type: ignore[arg-type]
@@ -150,6 +151,11 @@ def test_agent_state_schemas() -> None:
     assert isinstance(delta.channels["messages"], DeltaChannel)
     assert delta.channels["messages"].reducer is merge_message_batches
     assert not isinstance(full.channels["messages"], DeltaChannel)
+    # The durable lists are deltas too in delta mode; the small values are stored whole.
+    assert isinstance(delta.channels["delegations"], DeltaChannel)
+    assert isinstance(delta.channels["skills"], DeltaChannel)
+    assert not isinstance(delta.channels["compaction"], DeltaChannel)
+    assert not any(isinstance(full.channels[k], DeltaChannel) for k in ("delegations", "skills", "compaction"))
     assert not isinstance(_chat_graph("full", None).channels["messages"], DeltaChannel)
 
 

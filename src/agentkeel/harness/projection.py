@@ -30,9 +30,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agentkeel.harness.compaction import kept_from, latest_user_message, message_ids
 from agentkeel.harness.durable import DelegationEntry, SkillEntry
-from agentkeel.harness.middleware.input_sanitization import DURABLE_CONTEXT_NAME
 from agentkeel.harness.middleware.sanitize import neutralize
 
+DURABLE_CONTEXT_NAME = "durable_context"
 RULES_ID = "agentkeel-durable-context-rules"
 DATA_ID = "agentkeel-durable-context"
 SUMMARY_CHARS = 8_000
@@ -156,4 +156,4 @@ def is_projected(message: BaseMessage) -> bool:
     return message.id in (RULES_ID, DATA_ID)
 
 
-__all__ = ["DATA_ID", "RULES", "RULES_ID", "durable_text", "is_projected", "project", "rules_message"]
+__all__ = ["DATA_ID", "DURABLE_CONTEXT_NAME", "RULES", "RULES_ID", "durable_text", "is_projected", "project", "rules_message"]

@@ -34,15 +34,12 @@ from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.responses import is_hint, text_of
 from agentkeel.harness.middleware.sanitize import wrap_content
 
-DURABLE_CONTEXT_NAME = "durable_context"
-"""``HumanMessage.name`` of the durable-context data message (the compaction summary, the ledger,
-loaded skills): framework text, not the user's."""
-
 
 def is_user_input(message: BaseMessage) -> bool:
-    """A genuine user message: a HumanMessage that is neither a transient hint nor the durable-context
-    data message (framework text, never fenced as the user's)."""
-    return isinstance(message, HumanMessage) and not is_hint(message) and message.name != DURABLE_CONTEXT_NAME
+    """A genuine user message: a HumanMessage that is not a transient hint. (The durable-context
+    data message of a compacted thread is added inner of this guard, so it never sees it; a
+    message's name is the client's to choose and never exempts it.)"""
+    return isinstance(message, HumanMessage) and not is_hint(message)
 
 
 def sanitized_request(request: ModelRequest) -> ModelRequest:
@@ -81,4 +78,4 @@ class InputSanitization(KeelMiddleware):
         return await handler(outgoing)
 
 
-__all__ = ["DURABLE_CONTEXT_NAME", "InputSanitization", "is_user_input", "sanitized_request"]
+__all__ = ["InputSanitization", "is_user_input", "sanitized_request"]
