@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from langgraph.store.base import BaseStore, TTLConfig
 from langgraph.store.memory import InMemoryStore
 
 from agentkeel.runtime.connections import Connections, sqlite_connection
-from agentkeel.runtime.langgraph_setup import serialized_setup
+from agentkeel.runtime.langgraph_setup import serialized_setup, serialized_sqlite_setup
 
 SWEEP_INTERVAL_MINUTES = 5
 TTL: TTLConfig = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_INTERVAL_MINUTES}
@@ -71,7 +72,8 @@ async def _open_sqlite(connections: Connections) -> AsyncIterator[BaseStore]:
         # The class implements TTLs (expiry on write, sweeping) but inherits BaseStore's
         # ``supports_ttl = False`` ahead of its SQLite base's True, so ``aput(ttl=...)`` would refuse.
         store.supports_ttl = True
-        await store.setup()
+        async with serialized_sqlite_setup(Path(connections.database.url.target)):
+            await store.setup()
         async with _sweeping(store):
             yield store
 

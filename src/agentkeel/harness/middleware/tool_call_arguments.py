@@ -16,11 +16,11 @@ it only for invalid calls (``invalid_tool_calls[i]["args"]``; the valid ones wer
 from the chunks and drops ``tool_call_chunks``. So while the model call runs, this guard listens
 to the streamed chunks (a callback added to the call's config) and keeps each call's argument text.
 
-Every call whose text does not parse as a JSON object (:func:`argument_error`), and every invalid
-call, is answered in the same model step with an error ToolMessage that quotes the parse error
-(``Expecting ',' delimiter: line 1 column 40 (char 39)``) and is never dispatched. The call stays in
-the message as a call with ``{}`` as arguments — so the provider sees a well-formed call followed by
-its result, and the agent loop, finding every call answered, goes back to the model instead of
+Every call whose text does not parse as a JSON object (``tool_args.argument_error``, the one rule
+the scripted model applies too), and every invalid call, is answered in the same model step with
+an error ToolMessage that quotes the parse error (``Expecting ',' delimiter: line 1 column 40
+(char 39)``) and is never dispatched. The call stays in the message as a call with ``{}`` as
+arguments — so the provider sees a well-formed call followed by its result, and the agent loop, finding every call answered, goes back to the model instead of
 ending: a response with only malformed calls is never the final answer. What the model actually
 sent (raw text and error per call) is kept under ``additional_kwargs["agentkeel_malformed"]``.
 
@@ -30,7 +30,6 @@ A guard outer of this one that withholds or suppresses such a call also drops it
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -43,28 +42,10 @@ from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META, fingerprint
 from agentkeel.harness.middleware.listen import listening
 from agentkeel.harness.middleware.responses import last_ai
+from agentkeel.harness.tool_args import argument_error
 
 MALFORMED = "agentkeel_malformed"
 _TAIL_CHARS = 80
-
-
-def argument_error(raw: str | None) -> str | None:
-    """Why ``raw`` is not usable as tool-call arguments, or None when it is a JSON object.
-
-    Parsed like the OpenAI client parses a complete reply (``json.loads`` with ``strict=False``:
-    a raw newline inside a string is accepted); an empty text means no arguments.
-    """
-    if raw is None:
-        return "no argument text was received"
-    if not raw.strip():
-        return None
-    try:
-        parsed = json.loads(raw, strict=False)
-    except json.JSONDecodeError as exc:
-        return str(exc)
-    if not isinstance(parsed, dict):
-        return f"the arguments are a JSON {type(parsed).__name__}, not an object"
-    return None
 
 
 def malformed_result(call_id: str, name: str, raw: str | None, error: str, by: str) -> ToolMessage:

@@ -35,6 +35,7 @@ from agentkeel.harness.scripted.errors import PROVIDER_ERRORS, ScriptExhaustedEr
 from agentkeel.harness.scripted.script import FALLBACK_ERROR, Script, Turn, UsageSpec, render
 from agentkeel.harness.scripted.strict import check_request
 from agentkeel.harness.token_estimate import approx_tokens
+from agentkeel.harness.tool_args import parse_arguments
 
 
 class AgentCursor:
@@ -301,7 +302,7 @@ class ScriptedChatModel(BaseChatModel):
             if spec.raw_args is None:
                 tool_calls.append(ToolCall(name=spec.name, args=spec.args, id=call_id, type="tool_call"))
                 continue
-            parsed = _parse_args(spec.raw_args)
+            parsed = parse_arguments(spec.raw_args)
             if isinstance(parsed, dict):
                 tool_calls.append(ToolCall(name=spec.name, args=parsed, id=call_id, type="tool_call"))
             else:
@@ -325,18 +326,6 @@ class ScriptedChatModel(BaseChatModel):
             },
         )
         return message, wire
-
-
-def _parse_args(raw: str) -> dict[str, Any] | str:
-    """The arguments a provider client would parse from ``raw`` (an object), else the error text.
-    Like the OpenAI client, an empty string means no arguments."""
-    if not raw.strip():
-        return {}
-    try:
-        parsed = json.loads(raw, strict=False)
-    except json.JSONDecodeError as exc:
-        return f"arguments are not valid JSON: {exc}"
-    return parsed if isinstance(parsed, dict) else f"arguments are JSON {type(parsed).__name__}, not an object"
 
 
 def _args_json(args: Mapping[str, Any]) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentkeel.runtime.connections import Connections, sqlite_connection
-from agentkeel.runtime.langgraph_setup import serialized_setup
+from agentkeel.runtime.langgraph_setup import serialized_setup, serialized_sqlite_setup
 
 
 @asynccontextmanager
@@ -33,7 +34,8 @@ async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheck
 
         async with sqlite_connection(connections) as conn:
             saver = AsyncSqliteSaver(conn)
-            await saver.setup()
+            async with serialized_sqlite_setup(Path(connections.database.url.target)):
+                await saver.setup()
             yield saver
     else:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
