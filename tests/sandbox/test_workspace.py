@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkeel.sandbox.workspace import PathOutsideWorkspace, Workspace
+from agentkeel.sandbox.workspace import PathOutsideWorkspace, ReadOnlyMount, Workspace
 
 
 @pytest.fixture
@@ -171,3 +171,22 @@ def test_resolved_paths_always_stay_inside(
     root = shared_ws.real_root
     assert Path(os.path.realpath(resolved)).is_relative_to(root)
     assert resolved.is_relative_to(root)
+
+
+def test_a_read_only_mount_confines_like_the_workspace_under_its_own_root(tmp_path: Path, outside: Path) -> None:
+    mount = ReadOnlyMount(tmp_path / "skills", "/skills")
+    with pytest.raises(FileNotFoundError):  # never created: the directory is the deployment's
+        mount.resolve("/skills/a")
+    assert not (tmp_path / "skills").exists()
+    (tmp_path / "skills" / "pdf").mkdir(parents=True)
+    (tmp_path / "skills" / "pdf" / "out").symlink_to(outside)
+    root = mount.real_root
+    assert not mount.writable and Workspace(tmp_path).writable
+    assert mount.contains("/skills") and mount.contains("/skills/pdf") and not mount.contains("/skillsx")
+    assert mount.resolve("/skills/pdf/SKILL.md") == root / "pdf" / "SKILL.md"
+    assert mount.to_virtual(root / "pdf") == "/skills/pdf"
+    for path, reason in [("/skills/..", "climbs above /skills"), ("/skills/pdf/out/secret.txt", "symlink"),
+                         ("/workspace/a", "outside /skills")]:
+        with pytest.raises(PathOutsideWorkspace, match=reason) as info:
+            mount.resolve(path)
+        assert "(only /skills is allowed)" in str(info.value)

@@ -5,6 +5,10 @@ and :meth:`Workspace.resolve` is the single gate that turns such a path into a h
 resolves symlinks itself and returns the fully resolved path, so what was checked is exactly what
 the caller opens: a symlink planted in the workspace (by a bash command, an upload, an extracted
 archive) can never lead a tool outside.
+
+A :class:`ReadOnlyMount` is another host directory shown to tools under its own virtual root (the
+skills directory as ``/skills``). It is the same gate with another root, not a second one, and it
+is never created: what lies there belongs to the deployment, not to the thread.
 """
 
 from __future__ import annotations
@@ -42,18 +46,19 @@ def to_virtual(relpath: str) -> str:
 class PathOutsideWorkspace(PermissionError):
     """A path that would leave the workspace: ``..``, a host path, or a symlink pointing out."""
 
-    def __init__(self, virtual_path: str, reason: str) -> None:
-        super().__init__(
-            f"access refused: {virtual_path!r} {reason} (only {VIRTUAL_ROOT} is allowed)"
-        )
+    def __init__(self, virtual_path: str, reason: str, root: str = VIRTUAL_ROOT) -> None:
+        super().__init__(f"access refused: {virtual_path!r} {reason} (only {root} is allowed)")
         self.virtual_path = virtual_path
 
 
 class Workspace:
     """One thread's workspace directory, seen by tools as :data:`VIRTUAL_ROOT`."""
 
-    def __init__(self, root: Path) -> None:
+    writable = True
+
+    def __init__(self, root: Path, virtual_root: str = VIRTUAL_ROOT) -> None:
         self.root = Path(root)
+        self.virtual_root = virtual_root
         self._real_root: Path | None = None
 
     @classmethod
@@ -72,15 +77,18 @@ class Workspace:
     def real_root(self) -> Path:
         """The root with symlinks resolved, created (with outputs/ and uploads/) on first use."""
         if self._real_root is None:
-            for sub in (OUTPUTS_DIR, UPLOADS_DIR):
-                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self._prepare()
             self._real_root = self.root.resolve(strict=True)
         return self._real_root
+
+    def _prepare(self) -> None:
+        for sub in (OUTPUTS_DIR, UPLOADS_DIR):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     def resolve(self, virtual_path: str) -> Path:
         """The real host path for ``virtual_path``, or :class:`PathOutsideWorkspace`.
 
-        Accepts ``/workspace/...``, paths relative to ``/workspace``, and host paths that already
+        Accepts ``/workspace/...`` (the virtual root), paths relative to it, and host paths that already
         lie inside the workspace (what ``pwd`` shows in a bash command). ``..`` is applied
         lexically and may not climb above the root; the remaining path is then resolved through
         every symlink (including a dangling final one) and must still lie inside the real root.
@@ -95,7 +103,7 @@ class Workspace:
                 continue
             if part == "..":
                 if not parts:
-                    raise PathOutsideWorkspace(virtual_path, "climbs above the workspace root")
+                    raise PathOutsideWorkspace(virtual_path, f"climbs above {self.virtual_root}", self.virtual_root)
                 parts.pop()
             else:
                 parts.append(part)
@@ -103,18 +111,18 @@ class Workspace:
         real = Path(os.path.realpath(root.joinpath(*parts)))
         if not real.is_relative_to(root):
             raise PathOutsideWorkspace(
-                virtual_path, "leads outside the workspace through a symlink"
+                virtual_path, f"leads outside {self.virtual_root} through a symlink", self.virtual_root
             )
         return real
 
     def to_virtual(self, real_path: Path) -> str:
-        """The ``/workspace/...`` name of a host path inside the workspace."""
+        """The ``/workspace/...`` (virtual root) name of a host path inside the workspace."""
         absolute = Path(os.path.abspath(real_path))
         for base in (self.real_root, Path(os.path.abspath(self.root))):
             if absolute.is_relative_to(base):
                 relative = absolute.relative_to(base).as_posix()
-                return VIRTUAL_ROOT if relative == "." else f"{VIRTUAL_ROOT}/{relative}"
-        raise PathOutsideWorkspace(str(real_path), "is not inside the workspace")
+                return self.virtual_root if relative == "." else f"{self.virtual_root}/{relative}"
+        raise PathOutsideWorkspace(str(real_path), f"is not inside {self.virtual_root}", self.virtual_root)
 
     def iter_files(self) -> Iterator[str]:
         """Relative posix paths of the regular files, depth first, sorted within each directory.
@@ -172,10 +180,31 @@ class Workspace:
         path = virtual_path
         if not path.startswith("/"):
             return path
-        if path == VIRTUAL_ROOT or path.startswith(VIRTUAL_ROOT + "/"):
-            return path[len(VIRTUAL_ROOT) :]
+        if self.contains(path):
+            return path[len(self.virtual_root) :]
         host = Path(os.path.normpath(path))
         for base in (self.real_root, Path(os.path.abspath(self.root))):
             if host.is_relative_to(base):
                 return host.relative_to(base).as_posix()
-        raise PathOutsideWorkspace(virtual_path, "is an absolute path outside the workspace")
+        raise PathOutsideWorkspace(
+            virtual_path, f"is an absolute path outside {self.virtual_root}", self.virtual_root
+        )
+
+    def contains(self, virtual_path: str) -> bool:
+        """Whether ``virtual_path`` names the virtual root or a path below it (lexically: a ``..``
+        in it is checked by :meth:`resolve`, not here)."""
+        return virtual_path == self.virtual_root or virtual_path.startswith(self.virtual_root + "/")
+
+
+class ReadOnlyMount(Workspace):
+    """A host directory shown to tools under ``virtual_root``, confined exactly like the workspace.
+
+    Never created (a missing directory is "no such file"), and ``writable`` is False: the file
+    tools refuse to change anything under it, so whatever the deployment put there (skills) is
+    what every run reads.
+    """
+
+    writable = False
+
+    def _prepare(self) -> None:
+        """Nothing to create: the directory is the deployment's."""
