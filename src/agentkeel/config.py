@@ -138,11 +138,14 @@ class KeelConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     assistants: list[AssistantConfig] = Field(default_factory=list)
     graphs: dict[str, str] = Field(default_factory=dict)
+    # Agent Skills: <skills_dir>/<name>/SKILL.md. The default directory may be absent (no skills);
+    # a directory named here explicitly must exist.
+    skills_dir: str = "./skills"
     limits: Limits = Field(default_factory=Limits)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
 
-    # Where relative paths (scripts, graphs, data_dir) resolve; not a config key.
+    # Where relative paths (scripts, graphs, data_dir, skills_dir) resolve; not a config key.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
 
     def model_post_init(self, _ctx: Any) -> None:
@@ -164,6 +167,9 @@ class KeelConfig(_Strict):
         clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
         if clash:
             raise ValueError(f"graphs: name(s) {clash} clash with an assistant_id")
+        skills = self.resolve_path(self.skills_dir)
+        if "skills_dir" in self.model_fields_set and not skills.is_dir():
+            raise ValueError(f"skills_dir: {self.skills_dir!r} is not a directory ({skills})")
 
     # -- derived ---------------------------------------------------------------------------
     def resolve_path(self, value: str | Path) -> Path:
@@ -173,6 +179,12 @@ class KeelConfig(_Strict):
     @property
     def data_path(self) -> Path:
         return self.resolve_path(self.data_dir)
+
+    @property
+    def skills_path(self) -> Path | None:
+        """The skills directory, or None when the default one does not exist (no skills)."""
+        path = self.resolve_path(self.skills_dir)
+        return path if path.is_dir() else None
 
     @property
     def database_url(self) -> DatabaseUrl:

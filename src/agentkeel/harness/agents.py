@@ -23,6 +23,7 @@ from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.middleware.llm_error_handling import ModelRef
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
+from agentkeel.harness.skills import Skill, load_skills, skills_prompt
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
 
@@ -53,6 +54,10 @@ class Harness:
         self._config = config
         self._mode = checkpoint_mode
         self.models = ModelLoader(config)
+        # Skills too: a SKILL.md with bad front matter stops start-up (SkillError names the file).
+        self.skills_root = config.skills_path
+        self.skills: list[Skill] = load_skills(self.skills_root) if self.skills_root else []
+        self._skills_section = skills_prompt(self.skills)
         # Import user graphs at start-up: a broken reference stops start-up, not the first run.
         self._graphs = {
             name: load_graph_target(name, ref, config.base_dir) for name, ref in config.graphs.items()
@@ -128,10 +133,13 @@ class Harness:
             resolved.model_name, run_key=metadata.get("run_id"),
             turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
         )
+        prompt = assistant.system_prompt or DEFAULT_SYSTEM_PROMPT
+        if self._skills_section and any(tool.name == "read_file" for tool in tools):
+            prompt = f"{prompt}\n\n{self._skills_section}"  # an agent that cannot read them is not told
         return create_agent(
             model,
             tools,
-            system_prompt=assistant.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            system_prompt=prompt,
             middleware=(chain or self.chain(resolved)).for_agent(),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,

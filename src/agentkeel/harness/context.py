@@ -66,6 +66,9 @@ class RunContext:
     bash_output_cap: int = 32_000
     # The time limit of each file-system tool call (read_file, write_file, str_replace, ls, glob, grep).
     workspace_tool_timeout_s: float = 30.0
+    # The deployment's skills directory, which the file tools read as /skills (read-only); None
+    # when there is none.
+    skills_root: Path | None = None
     touches: FileTouchRecorder | None = None
     processes: ProcessRegistry | None = None
     # The run's single stop-reason writer; a standalone one when a graph runs outside the runtime.

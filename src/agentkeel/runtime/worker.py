@@ -220,6 +220,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         bash_timeout_s=limits.bash_timeout_s,
         bash_output_cap=limits.bash_output_cap,
         workspace_tool_timeout_s=limits.workspace_tool_timeout_s,
+        skills_root=deps.harness.skills_root,
         touches=state.tracker,
         processes=state.processes,
         stop_reasons=state.collector,

@@ -2,7 +2,8 @@
 
 Errors are reported one way only: the tool raises :class:`ToolException` and is built with
 ``handle_tool_error=True``, so the model receives a ``ToolMessage`` with ``status="error"`` and a
-one-line message. Host paths never appear in those messages; the model only knows ``/workspace``.
+one-line message. Host paths never appear in those messages; the model only knows ``/workspace``
+(and ``/skills``, the read-only skills mount, when the run has one).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import StructuredTool, ToolException
 
 from agentkeel.harness.context import RunContext
-from agentkeel.sandbox.workspace import PathOutsideWorkspace, Workspace
+from agentkeel.harness.skills import SKILLS_ROOT
+from agentkeel.sandbox.workspace import PathOutsideWorkspace, ReadOnlyMount, Workspace
 
 Runtime: TypeAlias = ToolRuntime[Any, Any]
 """How tools declare their injected runtime.
@@ -38,6 +40,27 @@ def run_context(runtime: Runtime) -> RunContext:
 
 def workspace(runtime: Runtime) -> Workspace:
     return Workspace(run_context(runtime).workspace_root)
+
+
+def filesystem(ctx: RunContext, path: str) -> Workspace:
+    """Where ``path`` lives: the skills mount for ``/skills`` and below (when the run has one),
+    else the workspace. Both confine the path the same way (:meth:`Workspace.resolve`)."""
+    if ctx.skills_root is not None:
+        mount = ReadOnlyMount(ctx.skills_root, SKILLS_ROOT)
+        if mount.contains(path):
+            return mount
+    return Workspace(ctx.workspace_root)
+
+
+def writable(ctx: RunContext, path: str) -> Workspace:
+    """:func:`filesystem` for a tool that changes ``path``; a tool error if it is read-only."""
+    fs = filesystem(ctx, path)
+    if not fs.writable:
+        raise ToolException(
+            f"{path}: {fs.virtual_root} is read-only (skills can be read, not changed); "
+            "write to /workspace instead"
+        )
+    return fs
 
 
 def report_touch(runtime: Runtime, virtual_path: str, tool_name: str, after_sha256: str | None = None) -> None:

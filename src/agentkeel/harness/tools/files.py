@@ -3,6 +3,10 @@
 Files are handled as bytes decoded as UTF-8 without newline translation, so an edit never rewrites
 line endings the model did not touch, and the hash ``read_file`` reports is the hash of the bytes on
 disk: a later guard compares it with the file's current hash to detect edits based on a stale read.
+
+``read_file`` also reads the skills mount (``/skills/...``); ``write_file`` and ``str_replace``
+refuse it. A whole read of a skill's SKILL.md says so in its artifact (``skill``), which is how
+:func:`agentkeel.harness.skills.skill_read` recognises it later.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from typing import Any, BinaryIO
 
 from langchain_core.tools import ToolException
 
+from agentkeel.harness.skills import skill_artifact
 from agentkeel.harness.tools._support import (
     Runtime,
+    filesystem,
     is_binary,
     make_tool,
     report_touch,
     run_context,
     tool_errors,
+    writable,
 )
 from agentkeel.harness.tools.bounds import (
     WHOLE_FILE_MAX_BYTES,
@@ -32,7 +39,6 @@ from agentkeel.harness.tools.bounds import (
     read_chunks,
     read_whole,
 )
-from agentkeel.sandbox.workspace import Workspace
 
 READ_CAP_CHARS = 100_000
 """The most text one ``read_file`` call returns; longer selections are cut with a note."""
@@ -44,10 +50,10 @@ async def read_file(
     start_line: int | None = None,
     end_line: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """Read a text file in the workspace, optionally only a range of lines.
+    """Read a text file in the workspace (or a skill under /skills), optionally only a range of lines.
 
     Args:
-        path: File path, either /workspace/... or relative to /workspace.
+        path: File path, either /workspace/... or relative to /workspace, or /skills/....
         start_line: First line to return (1-based, inclusive). Defaults to the first line.
         end_line: Last line to return (1-based, inclusive). Defaults to the last line.
     """
@@ -57,15 +63,20 @@ async def read_file(
     if end_line is not None and end_line < first:
         raise ToolException(f"end_line ({end_line}) is before start_line ({first})")
     ctx = run_context(runtime)
-    ws = Workspace(ctx.workspace_root)
     ranged = start_line is not None or end_line is not None
 
     def work(deadline: Deadline) -> tuple[str, dict[str, Any]]:
         with tool_errors(path):
+            ws = filesystem(ctx, path)
             real = ws.resolve(path)
             with open_regular(real) as handle:
                 text, digest = _read_selection(path, handle, first, end_line, ranged, deadline)
-        return text, {"sha256": digest, "path": ws.to_virtual(real)}
+        virtual = ws.to_virtual(real)
+        artifact: dict[str, Any] = {"sha256": digest, "path": virtual}
+        skill = None if ws.writable else skill_artifact(virtual, text, digest)
+        if skill is not None:
+            artifact["skill"] = skill
+        return text, artifact
 
     return await off_loop("read_file", ctx.workspace_tool_timeout_s, work)
 
@@ -181,12 +192,12 @@ async def _change(
     so a file several calls changed shows each step's result.
     """
     ctx = run_context(runtime)
-    ws = Workspace(ctx.workspace_root)
     opened: list[str] = []
     after: list[str] = []
 
     def work(deadline: Deadline) -> str:
         with tool_errors(path):
+            ws = writable(ctx, path)
             real = ws.resolve(path)
             data = produce(real, deadline)
             real.parent.mkdir(parents=True, exist_ok=True)

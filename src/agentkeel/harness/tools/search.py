@@ -2,7 +2,8 @@
 
 All three walk the workspace without entering symlinked directories, so neither a link to ``/``
 nor a symlink loop can make them leave the workspace or run forever; every result list is capped
-so a huge tree cannot flood the model's context.
+so a huge tree cannot flood the model's context. A path (or glob pattern) under ``/skills`` searches
+the read-only skills mount instead, with the same confinement.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from langchain_core.tools import ToolException
 
 from agentkeel.harness.tools._support import (
     Runtime,
+    filesystem,
     is_binary,
     make_tool,
     run_context,
@@ -51,10 +53,10 @@ async def ls(runtime: Runtime, path: str = VIRTUAL_ROOT) -> str:
     """List a workspace directory: sub-directories end with '/', symlinks with '@', files show size.
 
     Args:
-        path: Directory path, either /workspace/... or relative to /workspace.
+        path: Directory path, either /workspace/... or relative to /workspace, or /skills/....
     """
     ctx = run_context(runtime)
-    ws = Workspace(ctx.workspace_root)
+    ws = filesystem(ctx, path)
 
     def work(deadline: Deadline) -> str:
         with tool_errors(path):
@@ -90,14 +92,15 @@ async def glob(pattern: str, runtime: Runtime) -> str:
     """Find workspace files and directories whose path matches a glob pattern.
 
     Patterns are relative to /workspace: '*' and '?' stay within one path segment, '**' spans any
-    number of directories (e.g. '**/*.py', 'outputs/*.md'). Results are sorted.
+    number of directories (e.g. '**/*.py', 'outputs/*.md'). Results are sorted. A pattern starting
+    with /skills/ searches the skills instead.
 
     Args:
-        pattern: Glob pattern relative to /workspace.
+        pattern: Glob pattern relative to /workspace, or starting with /skills/.
     """
-    segments = _pattern_segments(pattern)
     ctx = run_context(runtime)
-    ws = Workspace(ctx.workspace_root)
+    ws = filesystem(ctx, pattern)
+    segments = _pattern_segments(pattern, ws.virtual_root)
 
     def work(deadline: Deadline) -> str:
         matches: list[str] = []
@@ -110,7 +113,7 @@ async def glob(pattern: str, runtime: Runtime) -> str:
                 continue
             if entry.is_symlink() and not _stays_inside(ws, relative):
                 continue
-            matches.append(f"{VIRTUAL_ROOT}/{relative}")
+            matches.append(f"{ws.virtual_root}/{relative}")
         shown = matches[:GLOB_CAP]
         if len(matches) > GLOB_CAP:
             shown.append(f"[... {len(matches) - GLOB_CAP} more matches; narrow the pattern]")
@@ -121,11 +124,12 @@ async def glob(pattern: str, runtime: Runtime) -> str:
     return await off_loop("glob", ctx.workspace_tool_timeout_s, work)
 
 
-def _pattern_segments(pattern: str) -> list[str]:
-    """The pattern's segments below the workspace root; patterns may not reach outside it."""
+def _pattern_segments(pattern: str, root: str) -> list[str]:
+    """The pattern's segments below ``root`` (the searched tree's virtual root); patterns may not
+    reach outside it."""
     relative = pattern
-    if pattern == VIRTUAL_ROOT or pattern.startswith(VIRTUAL_ROOT + "/"):
-        relative = pattern[len(VIRTUAL_ROOT) :]
+    if pattern == root or pattern.startswith(root + "/"):
+        relative = pattern[len(root) :]
     elif pattern.startswith("/"):
         raise ToolException(f"glob pattern {pattern!r} must be relative to {VIRTUAL_ROOT}")
     segments = [s for s in relative.split("/") if s not in ("", ".")]
@@ -173,10 +177,10 @@ async def grep(pattern: str, runtime: Runtime, path: str = VIRTUAL_ROOT) -> str:
 
     Args:
         pattern: Regular expression searched for in each line (case-sensitive; (?i) for ignore-case).
-        path: File or directory to search, either /workspace/... or relative to /workspace.
+        path: File or directory to search, either /workspace/... or relative to /workspace, or /skills/....
     """
     ctx = run_context(runtime)
-    ws = Workspace(ctx.workspace_root)
+    ws = filesystem(ctx, path)
 
     def work(deadline: Deadline) -> str:
         regex = _compile(pattern)
