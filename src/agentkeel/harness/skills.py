@@ -72,7 +72,8 @@ class SkillRead:
 
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """``(front matter, body)`` of a SKILL.md text; ``ValueError`` saying what is wrong."""
-    match = _FRONT_MATTER.match(text.removeprefix("\ufeff"))
+    text = text.removeprefix("\ufeff")
+    match = _FRONT_MATTER.match(text)
     if match is None:
         raise ValueError("no YAML front matter (the file must start with a '---' line and close it with another)")
     try:
@@ -84,7 +85,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
         raise ValueError(f"front matter is not valid YAML{where}: {problem}") from None
     if not isinstance(meta, dict):
         raise ValueError(f"front matter must be a YAML mapping, got {type(meta).__name__}")
-    return meta, text.removeprefix("\ufeff")[match.end() :]
+    return meta, text[match.end() :]
 
 
 def check_front_matter(meta: Mapping[str, Any], directory: str) -> tuple[str, str]:
@@ -130,7 +131,7 @@ def _load_one(mount: ReadOnlyMount, name: str) -> Skill:
         data = real.read_bytes()
         text = data.decode("utf-8")
         meta, body = split_front_matter(text)
-        name, description = check_front_matter(meta, name)
+        description = check_front_matter(meta, name)[1]
     except PathOutsideWorkspace:
         raise SkillError(f"{shown}: leads outside the skills directory through a symlink") from None
     except FileNotFoundError:
@@ -202,18 +203,17 @@ def skill_read(tool_name: str, args: Mapping[str, Any], message: ToolMessage) ->
     skill = artifact.get("skill") if isinstance(artifact, Mapping) else None
     if not isinstance(skill, Mapping):
         return None
-    fields = [skill.get(key) for key in ("name", "path", "description", "sha256")]
+    fields = {key: skill.get(key) for key in ("name", "path", "description", "sha256")}
     content = message.content
-    if not all(isinstance(value, str) for value in fields) or not isinstance(content, str):
+    if not all(isinstance(value, str) for value in fields.values()) or not isinstance(content, str):
         return None
-    name, virtual, description, sha256 = (str(value) for value in fields)
-    if hashlib.sha256(content.encode("utf-8")).hexdigest() != sha256:
+    if hashlib.sha256(content.encode("utf-8")).hexdigest() != fields["sha256"]:
         return None
     try:
         body = split_front_matter(content)[1]
     except ValueError:
         return None
-    return SkillRead(name=name, path=virtual, description=description, sha256=sha256, body=body)
+    return SkillRead(body=body, **{key: str(value) for key, value in fields.items()})
 
 
 __all__ = [
