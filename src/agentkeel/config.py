@@ -27,6 +27,7 @@ from agentkeel.database import Database, DatabasePool, DatabaseUrl, as_database_
 from agentkeel.limits import Limits
 
 BUNDLED_SCRIPTS = Path(__file__).parent / "harness" / "scripts"
+DEFAULT_SKILLS_DIR = "./skills"
 
 
 class _Strict(BaseModel):
@@ -138,9 +139,9 @@ class KeelConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     assistants: list[AssistantConfig] = Field(default_factory=list)
     graphs: dict[str, str] = Field(default_factory=dict)
-    # Agent Skills: <skills_dir>/<name>/SKILL.md. The default directory may be absent (no skills);
-    # a directory named here explicitly must exist.
-    skills_dir: str = "./skills"
+    # Agent Skills: <skills_dir>/<name>/SKILL.md. Unset: ./skills if it exists, else no skills; a
+    # directory named here must exist. (None rather than "./skills" so a dumped config reloads.)
+    skills_dir: str | None = None
     limits: Limits = Field(default_factory=Limits)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
@@ -167,9 +168,10 @@ class KeelConfig(_Strict):
         clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
         if clash:
             raise ValueError(f"graphs: name(s) {clash} clash with an assistant_id")
-        skills = self.resolve_path(self.skills_dir)
-        if "skills_dir" in self.model_fields_set and not skills.is_dir():
-            raise ValueError(f"skills_dir: {self.skills_dir!r} is not a directory ({skills})")
+        if self.skills_dir is not None and not self.resolve_path(self.skills_dir).is_dir():
+            raise ValueError(
+                f"skills_dir: {self.skills_dir!r} is not a directory ({self.resolve_path(self.skills_dir)})"
+            )
 
     # -- derived ---------------------------------------------------------------------------
     def resolve_path(self, value: str | Path) -> Path:
@@ -182,8 +184,8 @@ class KeelConfig(_Strict):
 
     @property
     def skills_path(self) -> Path | None:
-        """The skills directory, or None when the default one does not exist (no skills)."""
-        path = self.resolve_path(self.skills_dir)
+        """The skills directory, or None when the default one (``./skills``) does not exist."""
+        path = self.resolve_path(self.skills_dir or DEFAULT_SKILLS_DIR)
         return path if path.is_dir() else None
 
     @property

@@ -155,8 +155,14 @@ def test_split_front_matter_returns_the_body_exactly(body: str, description: str
 
 def test_default_skills_dir_is_optional_and_an_explicit_one_must_exist(tmp_path: Path) -> None:
     config = KeelConfig(base_dir=tmp_path)
-    assert config.skills_dir == "./skills" and config.skills_path is None
+    assert config.skills_dir is None and config.skills_path is None
     assert Harness(config).skills == [] and Harness(config).skills_root is None
+    dumped = tmp_path / "dumped.yaml"  # a dumped config reloads: the default is not "explicit"
+    dumped.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    assert load_config(dumped, env={}).skills_path is None
+    (tmp_path / "skills").mkdir()
+    assert load_config(dumped, env={}).skills_path == tmp_path / "skills"
+    (tmp_path / "skills").rmdir()
     (tmp_path / "keel.yaml").write_text("skills_dir: agent-skills\n")
     with pytest.raises(ConfigError, match=r"skills_dir: 'agent-skills' is not a directory") as info:
         load_config(tmp_path / "keel.yaml", env={})
