@@ -181,6 +181,23 @@ async def test_a_cut_never_lands_in_a_tool_batch_and_never_moves_back(shape: lis
     assert update["compaction"]["through_id"] == messages[cut - 1].id
 
 
+async def test_a_long_run_keeps_its_projected_request_and_every_summary_input_bounded(tmp_path: Path) -> None:
+    turns = 60
+    mw = summarizer([{"say": "Summary {turn}: " + "s" * 3_000, "repeat": "forever"}], trigger_messages=20, keep_messages=10)
+    h = harness(tmp_path, [*tool_turns(turns, say="Step " + "w" * 1_500), {"say": "End."}], [mw])
+    outcome = await h.run("A long task.")
+    assert len(outcome.messages) == 2 + 2 * turns  # the thread holds every turn
+    records = outcome.journal.kinds("compaction")
+    summaries = summary_calls(outcome.requests)
+    assert len(records) == len(summaries) > 5
+    assert all(len(r[1].text) <= INPUT_CHARS for r in summaries)
+    assert all(r["data"]["request_messages_after"] <= 20 for r in records)
+    cuts = [r["data"]["to"] for r in records]
+    assert cuts == sorted(set(cuts)) and [r["data"]["from"] for r in records[1:]] == cuts[:-1]
+    compaction = (await state_of(h))["compaction"]
+    assert compaction["generation"] == 0 and compaction["compacted"] == cuts[-1]
+
+
 # -- what the summary model is sent ----------------------------------------------------------------
 
 
