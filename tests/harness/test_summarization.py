@@ -16,7 +16,7 @@ from guard_kit import DurableCaptureStandIn, GuardHarness, script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 
 from agentkeel.harness.middleware.catalog import CATALOG, build_agent_chain, guard_members
 from agentkeel.harness.middleware.chain import ChainError, build_chain
@@ -31,7 +31,6 @@ from agentkeel.harness.middleware.summarization import (
 from agentkeel.harness.middleware.token_budget import TokenBudget
 from agentkeel.harness.scripted import Script, ScriptedChatModel, ScriptSession
 from agentkeel.harness.scripted.strict import check_request
-from agentkeel.harness.state import FullAgentState
 from agentkeel.limits import Limits, SummarizationLimits, TokenBudgetLimits
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
@@ -66,10 +65,6 @@ def summary_calls(requests: list[list[BaseMessage]]) -> list[list[BaseMessage]]:
     return [r for r in requests if r and isinstance(r[0], SystemMessage) and r[0].content == INSTRUCTIONS]
 
 
-def lead_calls(requests: list[list[BaseMessage]]) -> list[list[BaseMessage]]:
-    return [r for r in requests if r not in summary_calls(requests)]
-
-
 # -- triggers, cuts and generations ---------------------------------------------------------------
 
 
@@ -101,6 +96,23 @@ async def test_message_trigger_compacts_twice_and_the_second_summary_is_incremen
     assert all(r["caller"] == "middleware:summarization" for r in records)
     assert records[1]["data"]["request_messages_before"] == 7 and records[1]["data"]["request_messages_after"] == 5
     assert records[0]["data"]["summary_chars"] == len("SUMMARY-ONE")
+
+
+async def test_a_cut_that_no_longer_fits_the_thread_starts_a_new_generation(tmp_path: Path) -> None:
+    mw = summarizer([{"say": "SUMMARY {turn}", "repeat": "forever"}], trigger_messages=4, keep_messages=2)
+    lead = [*tool_turns(3), {"say": "All done."}, *tool_turns(2, say="Again"), {"say": "Done again."}]
+    h = harness(tmp_path, lead, [mw])
+    first = await h.run("First.")
+    assert (await state_of(h))["compaction"]["compacted"] == 5
+    # An edit removes a compacted tool batch: the stored cut no longer describes the thread.
+    config = {"configurable": {"thread_id": h.thread_id}}
+    await h.graph.aupdate_state(config, {"messages": [RemoveMessage(id=m.id) for m in first.messages[1:3]]})
+    second = await h.run("Second.")
+    compaction = (await state_of(h))["compaction"]
+    assert [r["data"]["generation"] for r in second.journal.kinds("compaction")][:3] == [0, 0, 1]
+    assert compaction["generation"] == 1 and compaction["compacted"] > 5
+    restart = summary_calls(second.requests)[2]  # the first summary of the new generation
+    assert "<existing_summary>" not in restart[1].text and "First." in restart[1].text
 
 
 @pytest.mark.parametrize("say_chars, compacts", [(40, False), (2_000, True)])
@@ -305,4 +317,3 @@ def test_summarization_joins_both_chains_when_enabled_and_requires_the_durable_c
         members[i], members[j] = members[j], members[i]
         with pytest.raises(ChainError, match="DurableCaptureStandIn must be outer of Summarization"):
             build_chain(kind, members, catalog=CATALOG)
-    assert Summarization.state_schema is FullAgentState

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from langchain_openai import ChatOpenAI
 
 from agentkeel.config import ConfigError, KeelConfig, load_config
 from agentkeel.harness.agents import Harness
@@ -37,10 +38,15 @@ def _script(tmp_path: Path, name: str, agents: dict[str, Any]) -> str:
     return str(path)
 
 
-def _config(tmp_path: Path, models: dict[str, dict[str, Any]], summarization: dict[str, Any], **extra: Any) -> KeelConfig:
+def _config(
+    tmp_path: Path, models: dict[str, dict[str, Any]], summarization: dict[str, Any],
+    providers: tuple[dict[str, Any], ...] = (), **extra: Any,
+) -> KeelConfig:
+    """Scripted ``models`` (name -> the script's agents) and ``providers`` (model definitions)."""
     return KeelConfig(
         data_dir=str(tmp_path / "data"), database="memory://",
-        models=[{"name": n, "use": "scripted", "script": _script(tmp_path, n, a)} for n, a in models.items()],
+        models=[*({"name": n, "use": "scripted", "script": _script(tmp_path, n, a)} for n, a in models.items()),
+                *providers],
         assistants=[{"assistant_id": "lead", "middleware": [STAND_IN]}],
         limits={"summarization": summarization, "stream_heartbeat_s": 0.2}, base_dir=tmp_path, **extra,
     )
@@ -90,6 +96,22 @@ async def test_the_harness_binds_the_run_models_twin_or_a_fresh_named_model(tmp_
         model = member._model
         assert isinstance(model, ScriptedChatModel) and model.agent == "summarization"
         assert model.model_name == expected and member._model_name == expected
+
+
+async def test_a_provider_summary_model_is_a_fresh_instance_from_the_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KEEL_TEST_KEY", "sk-test")
+    gpt = {"name": "gpt", "use": "openai:gpt-4.1-mini", "api_key_env": "KEEL_TEST_KEY", "base_url": "http://127.0.0.1:1/v1"}
+    harness = Harness(_config(tmp_path, {"demo": {"lead": LEAD}}, {**SUMMARIZE, "model": "gpt"}, (gpt,)))
+    resolved = harness.resolve("lead")
+    chain = harness.chain(resolved)
+    await harness.build(resolved, {"metadata": {}}, chain)
+    (member,) = [m for m in chain.middlewares if isinstance(m, Summarization)]
+    assert isinstance(member._model, ChatOpenAI) and member._model.model_name == "gpt-4.1-mini"
+    assert member._timeout_s == harness.models.call_timeout_s("gpt")
+    run_model = harness.models.build("gpt")
+    assert harness.summary_model("gpt", "gpt", run_model, None) is not run_model
 
 
 def _keel(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
