@@ -165,6 +165,9 @@ class KeelConfig(_Strict):
                 raise ValueError(
                     f"assistants.{index}.model: {assistant.model!r} is not in models {names}"
                 )
+        summary_model = self.limits.summarization.model
+        if summary_model is not None and summary_model not in names:
+            raise ValueError(f"limits.summarization.model: {summary_model!r} is not in models {names}")
         clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
         if clash:
             raise ValueError(f"graphs: name(s) {clash} clash with an assistant_id")

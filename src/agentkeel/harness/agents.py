@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.pregel import Pregel
 
@@ -22,7 +23,9 @@ from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_ref
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.middleware.llm_error_handling import ModelRef
+from agentkeel.harness.middleware.summarization import SUMMARY_AGENT, Summarization
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
+from agentkeel.harness.scripted import ScriptedChatModel
 from agentkeel.harness.skills import Skill, load_skills, skills_prompt
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
@@ -133,6 +136,13 @@ class Harness:
             resolved.model_name, run_key=metadata.get("run_id"),
             turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
         )
+        chain = chain or self.chain(resolved)
+        summarizers = [m for m in chain.middlewares if isinstance(m, Summarization)]
+        if summarizers and not state_only:
+            name = self._config.limits.summarization.model or resolved.model_name
+            summary_model = self.summary_model(name, resolved.model_name, model, metadata.get("run_id"))
+            for member in summarizers:
+                member.bind_model(summary_model, name, self.models.call_timeout_s(name))
         prompt = assistant.system_prompt or DEFAULT_SYSTEM_PROMPT
         if self._skills_section and any(tool.name == "read_file" for tool in tools):
             prompt = f"{prompt}\n\n{self._skills_section}"  # an agent that cannot read them is not told
@@ -140,11 +150,23 @@ class Harness:
             model,
             tools,
             system_prompt=prompt,
-            middleware=(chain or self.chain(resolved)).for_agent(),
+            middleware=chain.for_agent(),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,
         )
+
+    def summary_model(self, name: str, run_model_name: str, run_model: BaseChatModel, run_key: str | None) -> BaseChatModel:
+        """The model that writes a run's compaction summaries: model ``name`` of the config.
+
+        The run's own scripted model gives its ``summarization`` twin (same session, so the script's
+        ``summarization:`` list — or its ``"*"`` list, or the fallback — answers the summary calls);
+        any other model is a fresh instance from the loader, so the summary calls never share a
+        client (or a scripted cursor) with the agent's own calls."""
+        if name == run_model_name and isinstance(run_model, ScriptedChatModel):
+            return run_model.for_agent(SUMMARY_AGENT)
+        model = self.models.build(name, run_key=run_key)
+        return model.for_agent(SUMMARY_AGENT) if isinstance(model, ScriptedChatModel) else model
 
 
 def _middleware_factory(label: str, ref: str, config: KeelConfig) -> Callable[[], Any]:

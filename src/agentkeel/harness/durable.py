@@ -23,7 +23,11 @@ None of these channels is a run input: a client cannot forge a ledger or a summa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+# pydantic describes a TypedDict only from typing_extensions on Python < 3.12 (the gateway's state
+# schema of every agent graph holds these channels).
+from typing_extensions import TypedDict
 
 DelegationStatus = Literal["in_progress", "completed", "failed", "cancelled", "timed_out", "capped"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "capped"})

@@ -24,6 +24,7 @@ from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
 from agentkeel.harness.middleware.request_grammar import RequestGrammar
 from agentkeel.harness.middleware.safety_finish_reason import SafetyFinishReason
 from agentkeel.harness.middleware.side_effect_ledger import SideEffectLedger
+from agentkeel.harness.middleware.summarization import Summarization
 from agentkeel.harness.middleware.terminal_response import TerminalResponse
 from agentkeel.harness.middleware.token_budget import TokenBudget
 from agentkeel.harness.middleware.tool_call_arguments import ToolCallArguments
@@ -45,6 +46,7 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
     RequestGrammar,
     SafetyFinishReason,
     SideEffectLedger,
+    Summarization,
     TerminalResponse,
     TokenBudget,
     ToolCallArguments,
@@ -86,6 +88,8 @@ def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None
         members.append(ReadBeforeWrite())
     if limits.tool_progress.enabled:
         members.append(ToolProgress(limits.tool_progress))
+    if limits.summarization.enabled:
+        members.append(Summarization(limits.summarization))
     return members
 
 

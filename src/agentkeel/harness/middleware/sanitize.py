@@ -25,6 +25,9 @@ BLOCKED_TAGS: frozenset[str] = frozenset({
     "tool", "tool_result", "tool_use", "function_results", "function_calls", "memory",
     "context", "durable_context", "current_date", "user_input", "think", "thinking",
     "current_uploads", "todo_list",
+    # The blocks of the compaction summary's request (Summarization), so a message being
+    # summarised cannot close its block and pose as the instructions around it.
+    "existing_summary", "new_messages",
     # Classic prompt-injection wrappers.
     "instruction", "instructions", "important", "override", "ignore", "prompt",
 })
