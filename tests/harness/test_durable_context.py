@@ -12,15 +12,17 @@ from typing import Any
 
 import pytest
 from guard_kit import GuardHarness, script
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agentkeel.harness.compaction import new_compaction
+from agentkeel.harness.compaction import choose_cut, new_compaction
 from agentkeel.harness.durable import durable_values
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.middleware.durable_context import OTHER_RUN_ENDED, RUN_ENDED, projected
 from agentkeel.harness.middleware.keys import SUBAGENT_RESULT
+from agentkeel.harness.middleware.responses import hint_message
 from agentkeel.harness.projection import DATA_ID, DURABLE_CONTEXT_NAME, RULES, RULES_ID
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
@@ -242,6 +244,46 @@ async def test_the_tail_showing_a_delegation_keeps_it_out_of_the_data_message(tm
     assert all(m.id != compacted[0].id for m in tail)
 
 
+class CompactAfterResults(AgentMiddleware):
+    """Stands in for Summarization: once the tool results are in, compacts keeping ``keep``."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+
+    async def abefore_model(self, state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        messages = state["messages"]
+        if state.get("compaction") or not isinstance(messages[-1], ToolMessage):
+            return None
+        cut = choose_cut(messages, self.keep)
+        assert cut is not None
+        return {"compaction": new_compaction(messages, cut, "Three researchers were sent.", None, model=None, at="t")}
+
+
+async def test_replay_three_parallel_results_compacted_keeping_four(tmp_path: Path) -> None:
+    """DeerFlow #4039: system, user, an assistant with three parallel calls, three results,
+    compaction keeping 4. Its fix kept exactly the tool tail (an assistant-first history, HTTP
+    400), then sent a second system message. Here: one system message, the agent's own
+    instructions first, the summary before the first assistant message, the batch whole."""
+    chain = build_agent_chain("lead", Limits(), strict_grammar=True).for_agent()
+    calls = [_task(f"call-{i}", f"Research part {i}") for i in range(3)]
+    harness = GuardHarness(
+        script({"say": "Delegating.", "tool_calls": calls}, {"say": "Merged.", "expect": {"contains": "Three researchers"}}),
+        [*chain, CompactAfterResults(keep=4)], tmp_path / "ws", tools=[_task_tool()],
+    )
+    out = await harness.run("Research the three parts.")
+    request = harness.log.requests[-1]
+    assert [m.type for m in request] == ["system", "human", "human", "ai", "tool", "tool", "tool"]
+    assert str(request[0].content).startswith("You are a test agent.\n\n" + RULES[:40])
+    assert request[1].id == DATA_ID and "Three researchers were sent." in str(request[1].content)
+    assert "Research the three parts." in str(request[2].content)  # the latest request, pinned by id
+    assert [m.tool_call_id for m in request[4:]] == ["call-0", "call-1", "call-2"]
+    # The calls are in the tail, so the data message does not repeat them; the ledger has them.
+    assert "task call-" not in str(request[1].content)
+    assert [e["status"] for e in (await _durable(harness))["delegations"]] == ["completed"] * 3
+    assert len(out.messages) == 6  # the thread keeps everything
+
+
 def test_the_cut_is_found_by_id_when_an_outer_guard_inserted_messages() -> None:
     human = HumanMessage("go", id="h1")
     ai = AIMessage("", tool_calls=[{"name": "ls", "args": {}, "id": "c1"}], id="a1")
@@ -254,6 +296,10 @@ def test_the_cut_is_found_by_id_when_an_outer_guard_inserted_messages() -> None:
     request = [human, ai, synthetic, answer, later]
     out = projected(request, state, durable)
     assert out is not None and [m.id for m in out] == [RULES_ID, DATA_ID, "h2"]
+    # A note an outer guard appended stays last (and is never taken for the user's request).
+    note = hint_message("LoopDetection", ["You are repeating yourself."])
+    out = projected([*request, note], state, durable)
+    assert out is not None and [m.id for m in out[:-1]] == [RULES_ID, DATA_ID, "h2"] and out[-1] is note
     assert projected(request, state, {**durable, "compaction": None}) is None
     # A cut that no longer fits the thread (an edit removed the message) projects nothing.
     assert projected(request, [human, later], durable) is None
