@@ -23,7 +23,10 @@ None of these channels is a run input: a client cannot forge a ledger or a summa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+# pydantic (the API's state schema) refuses ``typing.TypedDict`` on Python < 3.12.
+from typing_extensions import TypedDict
 
 DelegationStatus = Literal["in_progress", "completed", "failed", "cancelled", "timed_out", "capped"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "capped"})
