@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from agentkeel.harness.middleware.catalog import CATALOG, build_agent_chain, guard_members
 from agentkeel.harness.middleware.chain import ChainError, build_chain, check_order
-from agentkeel.harness.middleware.coalescing import SystemMessageCoalescing
+from agentkeel.harness.middleware.coalescing import SystemMessageCoalescing, coalesce
 from agentkeel.harness.middleware.contracts import CHAIN_KINDS
 from agentkeel.limits import Limits
 
@@ -115,3 +117,25 @@ async def test_without_an_agent_prompt_the_first_system_message_becomes_it() -> 
     out = await _sent(None, [SystemMessage("A"), HumanMessage("go"), SystemMessage("B")])
     assert out.system_message is not None and out.system_message.content == "A\n\nB"
     assert [m.content for m in out.messages] == ["go"]
+
+
+_message = st.one_of(
+    st.text(min_size=1, max_size=8).map(lambda t: SystemMessage(t)),
+    st.text(min_size=1, max_size=8).map(lambda t: HumanMessage(t)),
+    st.text(min_size=1, max_size=8).map(lambda t: AIMessage(t)),
+)
+
+
+@given(prompt=st.one_of(st.none(), st.text(min_size=1, max_size=8)), messages=st.lists(_message, max_size=8))
+def test_coalesce_leaves_one_system_prompt_the_agents_first_and_every_other_message_in_order(
+    prompt: str | None, messages: list[Any]
+) -> None:
+    system, rest = coalesce(SystemMessage(prompt) if prompt is not None else None, messages)
+    systems = [m for m in messages if isinstance(m, SystemMessage)]
+    assert rest == [m for m in messages if not isinstance(m, SystemMessage)]
+    if prompt is None and not systems:
+        assert system is None
+        return
+    assert system is not None
+    texts = ([prompt] if prompt is not None else []) + [str(m.content) for m in systems]
+    assert system.content == "\n\n".join(texts)
