@@ -120,6 +120,8 @@ class GuardHarness:
     saver: InMemorySaver = field(default_factory=InMemorySaver)
     # "messages" as well makes LangChain stream every model call (as chat clients do).
     stream_modes: tuple[str, ...] = ("updates",)
+    # The graph's state schema (``agent_state_schema(mode)``); None: LangChain's plus the middleware's.
+    state_schema: Any = None
 
     def __post_init__(self) -> None:
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -133,7 +135,7 @@ class GuardHarness:
         tools = self.tools if self.tools is not None else build_tools(bash_enabled=False)
         self.graph = create_agent(
             model, tools, middleware=self.middleware, system_prompt="You are a test agent.",
-            context_schema=RunContext, checkpointer=self.saver, name="lead",
+            context_schema=RunContext, checkpointer=self.saver, name="lead", state_schema=self.state_schema,
         )
 
     def context(self, run_id: str = "r1") -> RunContext:

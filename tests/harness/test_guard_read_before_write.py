@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from agentkeel.harness.compaction import new_compaction
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware import read_before_write as rbw
 from agentkeel.harness.middleware.chain import build_chain
@@ -31,6 +32,8 @@ from agentkeel.harness.middleware.read_before_write import (
     locate,
     newest_mark,
 )
+from agentkeel.harness.state import agent_state_schema
+from agentkeel.runtime.checkpoints import StateAccessor
 from agentkeel.sandbox.workspace import Workspace
 
 US = "## US\nNew chips export rules.\n"
@@ -156,8 +159,11 @@ async def test_read_and_write_in_one_message_blocks_the_write(tmp_path: Path) ->
 # -- (4) compaction removes the authorisation -------------------------------------------------
 
 
-@pytest.mark.parametrize("compact", [True, False])
-async def test_compacted_read_no_longer_authorises(tmp_path: Path, compact: bool) -> None:
+@pytest.mark.parametrize("compact", ["removed", "projected", None])
+async def test_compacted_read_no_longer_authorises(tmp_path: Path, compact: str | None) -> None:
+    """A read that compaction left out of what the model is sent authorises nothing: whether its
+    messages were removed from the thread, or (AgentKeel's compaction, a projection) are still in
+    the thread but before the cut of the state's ``compaction`` record."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "report.md").write_text("# Report\n")
@@ -166,14 +172,18 @@ async def test_compacted_read_no_longer_authorises(tmp_path: Path, compact: bool
         {"say": "I have read it."},
         _turn(_call("write_file", path="report.md", content=US, append=True)),
     )
-    h = GuardHarness(script, [ReadBeforeWrite()], ws)
+    h = GuardHarness(script, [ReadBeforeWrite()], ws, state_schema=agent_state_schema("full"))
     first = await h.run("read the report")
-    if compact:
-        read_call, read_result = first.messages[1], first.messages[2]
-        assert isinstance(read_call, AIMessage) and isinstance(read_result, ToolMessage)
+    read_call, read_result = first.messages[1], first.messages[2]
+    assert isinstance(read_call, AIMessage) and isinstance(read_result, ToolMessage)
+    if compact == "removed":
         config = {"configurable": {"thread_id": h.thread_id}}
         removed = [RemoveMessage(id=read_call.id), RemoveMessage(id=read_result.id)]
         await h.graph.aupdate_state(config, {"messages": removed})
+    elif compact == "projected":
+        cut = first.messages.index(read_result) + 1  # the cut passes the read
+        record = new_compaction(first.messages, cut, "The report was read.", None, model=None, at="2026-01-01T00:00:00Z")
+        await StateAccessor(h.graph, h.saver, mode="full").amutate(h.thread_id, {"compaction": record})
     second = await h.run("now append the US section")
 
     write = _tools(second)[-1]
@@ -181,6 +191,7 @@ async def test_compacted_read_no_longer_authorises(tmp_path: Path, compact: bool
         _assert_blocked(write, "write_file", "/workspace/report.md")
         assert (ws / "report.md").read_text() == "# Report\n"
         assert [b["reason"] for b in _interventions(second, "blocked")] == ["unread"]
+        assert (read_result.id in {m.id for m in second.messages}) is (compact == "projected")
     else:
         assert write.status == "success"
         assert (ws / "report.md").read_text() == "# Report\n" + US

@@ -148,11 +148,22 @@ def test_system_messages_merge_into_the_request_system_prompt_first_stays_first(
     history = [HumanMessage("go"), SystemMessage("Extra A"), AIMessage("ok"), SystemMessage(["Extra B"])]
     system, rest, repairs = merge_system_messages(base, history)
     assert system is not None and system.id == "sys"
-    assert system.content == [
-        {"type": "text", "text": "You are a test agent."}, {"type": "text", "text": "Extra A"}, "Extra B",
-    ]
+    # Text (strings and bare text blocks alike) joins into one string, a blank line per message.
+    assert system.content == "You are a test agent.\n\nExtra A\n\nExtra B"
     assert [m.type for m in rest] == ["human", "ai"] and {r.rule for r in repairs} == {1}
     assert base.content == "You are a test agent."
+
+
+def test_merged_system_content_keeps_non_text_blocks_as_blocks() -> None:
+    image = {"type": "image", "url": "https://example.test/a.png"}
+    cached = {"type": "text", "text": "Cached rules.", "cache_control": {"type": "ephemeral"}}
+    system, _, _ = merge_system_messages(
+        SystemMessage("Prompt."), [HumanMessage("go"), SystemMessage([{"type": "text", "text": "A"}, image]),
+                                   SystemMessage([cached]), SystemMessage("B")],
+    )
+    assert system is not None and system.content == [
+        {"type": "text", "text": "Prompt.\n\nA"}, image, cached, {"type": "text", "text": "B"},
+    ]
 
 
 def test_without_a_request_system_prompt_the_first_system_message_becomes_it() -> None:

@@ -13,12 +13,12 @@ while its incoming one did not is named as the producer.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
@@ -31,6 +31,7 @@ from agentkeel.harness.stop_reasons import StopReasonCollector
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
 ToolResult = ToolMessage | Command[Any]
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+RequestView = Callable[[SystemMessage | None, Sequence[BaseMessage]], tuple[SystemMessage | None, Sequence[BaseMessage]]]
 
 
 def run_context(runtime: Any) -> RunContext | None:
@@ -85,14 +86,22 @@ class KeelMiddleware(AgentMiddleware):
             pass
 
     # -- model-call plumbing ---------------------------------------------------------------
-    def traced(self, incoming: ModelRequest, handler: ModelHandler) -> ModelHandler:
-        """``handler``, checking in strict mode that what this wrapper sends keeps the grammar."""
+    def traced(self, incoming: ModelRequest, handler: ModelHandler, *, sent_as: RequestView | None = None) -> ModelHandler:
+        """``handler``, checking in strict mode that what this wrapper sends keeps the grammar.
+
+        ``sent_as``: how the request reaches the provider when the contract guarantees an inner
+        middleware reshapes it (a producer of system messages is checked as SystemMessageCoalescing
+        will send its request)."""
         if not self.strict_grammar:
             return handler
 
         async def call(request: ModelRequest) -> ModelResponse:
             if request.messages is not incoming.messages or request.system_message is not incoming.system_message:
-                broken = grammar_violation(request.system_message, request.messages)
+                system: SystemMessage | None = request.system_message
+                messages: Sequence[BaseMessage] = request.messages
+                if sent_as is not None:
+                    system, messages = sent_as(system, messages)
+                broken = grammar_violation(system, messages)
                 if broken is not None and grammar_violation(incoming.system_message, incoming.messages) is None:
                     raise RequestGrammarError(self.name, broken)
             return await handler(request)
@@ -130,4 +139,4 @@ class HintQueue:
         return request.override(messages=[*request.messages, hint_message(self.name, texts)]), texts
 
 
-__all__ = ["HintQueue", "KeelMiddleware", "ModelHandler", "ToolHandler", "ToolResult", "run_context"]
+__all__ = ["HintQueue", "KeelMiddleware", "ModelHandler", "RequestView", "ToolHandler", "ToolResult", "run_context"]

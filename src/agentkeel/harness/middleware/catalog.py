@@ -14,8 +14,10 @@ from typing import Any
 from agentkeel.harness.middleware.base import KeelMiddleware
 from agentkeel.harness.middleware.chain import Chain, build_chain
 from agentkeel.harness.middleware.clarification import Clarification
+from agentkeel.harness.middleware.coalescing import SystemMessageCoalescing
 from agentkeel.harness.middleware.contracts import ChainKind
 from agentkeel.harness.middleware.dangling_tool_call import DanglingToolCall
+from agentkeel.harness.middleware.durable_context import DurableContext
 from agentkeel.harness.middleware.input_sanitization import InputSanitization
 from agentkeel.harness.middleware.llm_error_handling import LLMErrorHandling, ModelRef
 from agentkeel.harness.middleware.loop_detection import LoopDetection
@@ -38,6 +40,7 @@ from agentkeel.limits import Limits
 CATALOG: tuple[type[KeelMiddleware], ...] = (
     Clarification,
     DanglingToolCall,
+    DurableContext,
     InputSanitization,
     LLMErrorHandling,
     LoopDetection,
@@ -47,6 +50,7 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
     SafetyFinishReason,
     SideEffectLedger,
     Summarization,
+    SystemMessageCoalescing,
     TerminalResponse,
     TokenBudget,
     ToolCallArguments,
@@ -75,6 +79,8 @@ def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None
         TerminalResponse(),
         RequestGrammar(limits.request_grammar.mode),
         SideEffectLedger(),
+        DurableContext(),
+        SystemMessageCoalescing(),
     ]
     if kind == "lead":
         members.append(Clarification())

@@ -13,6 +13,14 @@ READ_MARK = "agentkeel_read_mark"
 """On a successful ``read_file`` ToolMessage: ``{path, sha256}`` of the whole file as read."""
 
 
+SUBAGENT_RESULT = "agentkeel_subagent"
+"""On a ``task`` ToolMessage (``additional_kwargs``, or its ``artifact`` when that is a dict): how the
+delegated work ended, ``{status, stop_reason, brief, sha256}`` — ``status`` a terminal delegation
+status (``completed | failed | cancelled | timed_out | capped``), ``brief`` a short account of the
+result, ``sha256`` the digest of the whole result. The delegation ledger reads only this, never the
+result's text."""
+
+
 def fingerprint(text: str) -> str:
     """A short stable digest of a tool result's whole text, for "the same output again" comparisons.
 
@@ -20,4 +28,4 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-__all__ = ["READ_MARK", "TOOL_META", "fingerprint"]
+__all__ = ["READ_MARK", "SUBAGENT_RESULT", "TOOL_META", "fingerprint"]

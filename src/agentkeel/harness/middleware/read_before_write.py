@@ -8,8 +8,10 @@ How: a successful ``read_file`` result is stamped with ``READ_MARK = {path, sha2
 tool computed of exactly the bytes it read (always the whole file, also for a ranged read). Writing
 (``write_file``, overwrite or append) or editing (``str_replace``) an EXISTING file needs the newest
 mark for that path among the graph state's messages to equal the hash of the file's current bytes.
-Writes never stamp, so every write invalidates earlier reads. Marks live on messages, so compaction
-that removes a read removes the authorisation it gave. New files pass.
+Writes never stamp, so every write invalidates earlier reads. Marks live on messages, and only the
+messages the model is still sent count: a read in the compacted part of a thread (before the cut of
+the state's ``compaction``, :func:`agentkeel.harness.compaction.kept_from`) no longer authorises a
+write, although the thread keeps the message. New files pass.
 
 The parallel tool calls of one AI message run concurrently and see the same state, so the check and
 the write run under one lock per (thread, path): two appends cannot both pass on one mark. Reads take
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,6 +35,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from agentkeel.harness.compaction import kept_from
+from agentkeel.harness.durable import Compaction, durable_values
 from agentkeel.harness.middleware.base import KeelMiddleware, ToolHandler, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import READ_MARK, TOOL_META, fingerprint
@@ -79,9 +83,10 @@ def current_sha256(real: Path, deadline: Deadline | None = None) -> str | None:
         return None
 
 
-def newest_mark(messages: Iterable[Any], virtual_path: str) -> str | None:
-    """The hash in the newest read mark for ``virtual_path`` among ``messages``, if any."""
-    for message in reversed(list(messages)):
+def newest_mark(messages: Sequence[Any], virtual_path: str, compaction: Compaction | None = None) -> str | None:
+    """The hash in the newest read mark for ``virtual_path`` among the messages ``compaction``
+    keeps (all of them when nothing is compacted), if any."""
+    for message in reversed(messages[kept_from(messages, compaction):]):
         if isinstance(message, ToolMessage):
             mark = message.additional_kwargs.get(READ_MARK)
             if isinstance(mark, dict) and mark.get("path") == virtual_path:
@@ -164,7 +169,7 @@ class ReadBeforeWrite(KeelMiddleware):
             return None
         if current is None:  # a new file (str_replace reports a missing file itself)
             return None
-        mark = newest_mark(_state_messages(request.state), virtual)
+        mark = newest_mark(_state_messages(request.state), virtual, durable_values(request.state)["compaction"])
         if mark == current:
             return None
         reason = "unread" if mark is None else "stale"

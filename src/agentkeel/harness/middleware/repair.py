@@ -257,16 +257,34 @@ def _tool_block_end(messages: Sequence[BaseMessage], index: int) -> int:
     return end
 
 
+def _plain_text(block: Any) -> str | None:
+    """The text of a string or of a bare text block; None for any other block (an image, or a text
+    block carrying more than its text, such as a cache marker, which must stay a block)."""
+    if isinstance(block, str):
+        return block
+    if isinstance(block, dict) and block.get("type") == "text" and set(block) <= {"type", "text"}:
+        return str(block.get("text") or "")
+    return None
+
+
 def _join_content(contents: Sequence[Any]) -> Any:
-    if all(isinstance(c, str) for c in contents):
-        return "\n\n".join(c for c in contents if c)
-    blocks: list[Any] = []
+    """The contents of several messages as one: texts joined by a blank line between messages, other
+    blocks kept as blocks in place; a plain string when only text remains."""
+    out: list[Any] = []
     for content in contents:
-        if isinstance(content, str):
-            blocks.extend([{"type": "text", "text": content}] if content else [])
-        else:
-            blocks.extend(content or [])
-    return blocks
+        first = True
+        for block in [content] if isinstance(content, str) else list(content or []):
+            text = _plain_text(block)
+            if text == "":
+                continue
+            if text is not None and out and isinstance(out[-1], str):
+                out[-1] += ("\n\n" if first else "") + text
+            else:
+                out.append(text if text is not None else block)
+            first = False
+    if all(isinstance(part, str) for part in out):
+        return "".join(out)
+    return [{"type": "text", "text": part} if isinstance(part, str) else part for part in out]
 
 
 __all__ = [

@@ -1,0 +1,44 @@
+"""Closing the delegations of a run that did not end on its own.
+
+A run's delegation ledger (the ``delegations`` channel) must never keep an entry ``in_progress``
+once the run is over: a later run — or the same thread after compaction — would read it as work
+still under way and neither redo nor retry it. A run that ends on its own closes its entries in the
+agent's ``after_agent`` hook (DurableContext). A cancelled, failed or timed-out run never reaches
+that hook, so the worker closes them while finalizing: it reads the thread's checkpointed ledger
+and writes the closing updates as a neutral state edit (:meth:`StateAccessor.amutate`), through the
+channel's reducer like any other write — a terminal status already there is never downgraded.
+"""
+
+from __future__ import annotations
+
+from agentkeel.harness.durable import closing_updates
+from agentkeel.runtime.checkpoints import StateAccessor
+from agentkeel.runtime.records import RunStatus
+
+CLOSE_NODE = "delegations_closed"
+"""The writer the closing edit is recorded under in the thread's history."""
+
+_CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
+    RunStatus.interrupted: ("cancelled", "the run was stopped before the delegation finished"),
+    RunStatus.timeout: ("timed_out", "the run hit its time limit before the delegation finished"),
+    RunStatus.error: ("failed", "the run failed before the delegation finished"),
+}
+
+
+async def close_run_delegations(accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus) -> int:
+    """Close the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
+    returns how many were closed (0 for a run that succeeded: it closed its own)."""
+    if status not in _CLOSED_AS:
+        return 0
+    snapshot = await accessor.aget(thread_id)
+    if snapshot is None:
+        return 0
+    closed_as, reason = _CLOSED_AS[status]
+    ledger = (snapshot.values or {}).get("delegations") or []
+    updates = closing_updates(ledger, reason=reason, run_id=run_id, status=closed_as)
+    if updates:
+        await accessor.amutate(thread_id, {"delegations": updates}, label=CLOSE_NODE, metadata={"run_id": run_id})
+    return len(updates)
+
+
+__all__ = ["CLOSE_NODE", "close_run_delegations"]

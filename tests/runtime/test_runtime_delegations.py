@@ -1,0 +1,110 @@
+"""A run that does not end on its own leaves no delegation ``in_progress``.
+
+The lead's ``task`` call is recorded ``in_progress`` with the model step; a cancelled or timed-out
+run never reaches the agent's ``after_agent``, so the worker closes the entry while finalizing —
+in the thread's checkpointed state, through the ledger's reducer. A ``task`` tool that blocks
+stands in for a subagent still working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.tools import BaseTool, tool
+from runtime_support import (
+    LIGHT_MATRIX,
+    Keel,
+    backend_matrix,
+    call,
+    finished,
+    new_thread_id,
+    start,
+    thread_state,
+    turn,
+    wait_until,
+)
+
+import agentkeel.harness.agents as agents_module
+from agentkeel.harness.durable import durable_values
+from agentkeel.runtime.delegations import CLOSE_NODE
+from agentkeel.runtime.manager import CancelOutcome
+from agentkeel.runtime.records import RunStatus
+
+pytestmark = backend_matrix(LIGHT_MATRIX)
+
+DELEGATE = [
+    turn("Delegating.", call("task", "call-sub", description="Research the claims", prompt="Research them.")),
+    turn("Never said."),
+]
+
+
+@pytest.fixture
+def subagent(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Adds a ``task`` tool that blocks until the run is stopped; the event says it started."""
+    started = asyncio.Event()
+
+    async def task(description: str, prompt: str = "") -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    blocking: BaseTool = tool("task", description="Delegate work to a subagent.")(task)
+    build_tools = agents_module.build_tools
+
+    def with_task(*args: Any, **kwargs: Any) -> list[BaseTool]:
+        return [*build_tools(*args, **kwargs), blocking]
+
+    monkeypatch.setattr(agents_module, "build_tools", with_task)
+    return started
+
+
+async def _ledger(rt: Any, thread: str) -> dict[str, dict[str, Any]]:
+    return {e["id"]: e for e in durable_values((await thread_state(rt, thread)).values)["delegations"]}
+
+
+@pytest.mark.parametrize("mode", ["full", "delta"])
+async def test_a_cancelled_runs_delegation_is_closed_in_the_thread_state(
+    keel: Keel, subagent: asyncio.Event, mode: str
+) -> None:
+    config = keel.config({"delegate": DELEGATE}, checkpoint_mode=mode)
+    thread = new_thread_id("deleg")
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "analyse the paper")
+        await asyncio.wait_for(subagent.wait(), 10)
+        # Checkpointed with the model step (the saver may store it just after the tool started).
+        entry = (await wait_until(lambda: _ledger(rt, thread), what="the ledger entry"))["call-sub"]
+        assert (entry["status"], entry["run_id"]) == ("in_progress", run.run_id)
+
+        assert await rt.manager.cancel(run.run_id) == CancelOutcome.cancelled
+        done = await finished(rt, run.run_id)
+        assert done.status == RunStatus.interrupted
+        entry = (await _ledger(rt, thread))["call-sub"]
+        assert entry["status"] == "cancelled"
+        assert entry["stop_reason"] == "the run was stopped before the delegation finished"
+        assert (entry["description"], entry["run_id"]) == ("Research the claims", run.run_id)  # kept
+        head = await thread_state(rt, thread)
+        assert (head.metadata or {}).get("writes", {}).keys() <= {CLOSE_NODE}
+
+
+async def test_a_timed_out_runs_delegation_is_closed_as_timed_out(keel: Keel, subagent: asyncio.Event) -> None:
+    config = keel.config({"delegate": DELEGATE})
+    thread = new_thread_id("deleg")
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "analyse the paper", timeout_s=1.0)
+        done = await finished(rt, run.run_id)
+        assert done.status == RunStatus.timeout and subagent.is_set()
+        assert (await _ledger(rt, thread))["call-sub"]["status"] == "timed_out"
+
+
+async def test_a_run_that_ends_on_its_own_is_not_rewritten(keel: Keel) -> None:
+    config = keel.config({"fast": [turn("All done.")]})
+    thread = new_thread_id("deleg")
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "hello")
+        done = await finished(rt, run.run_id)
+        assert done.status == RunStatus.success
+        head = await thread_state(rt, thread)
+        assert CLOSE_NODE not in ((head.metadata or {}).get("writes") or {})
+        assert durable_values(head.values)["delegations"] == []
