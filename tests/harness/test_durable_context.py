@@ -6,6 +6,7 @@ what the tail no longer shows, the tail."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,15 @@ from agentkeel.harness.middleware.durable_context import OTHER_RUN_ENDED, RUN_EN
 from agentkeel.harness.middleware.keys import SUBAGENT_RESULT
 from agentkeel.harness.middleware.responses import hint_message
 from agentkeel.harness.projection import DATA_ID, DURABLE_CONTEXT_NAME, RULES, RULES_ID
+from agentkeel.harness.skills import split_front_matter
 from agentkeel.harness.state import agent_state_schema
 from agentkeel.harness.tools import build_tools
 from agentkeel.limits import Limits
 from agentkeel.runtime.checkpoints import StateAccessor
 
 SKILL_BODY = "# Research skill\nAlways cite the page you quote."
+SKILL_FILE = "---\nname: research\ndescription: How to research.\n---\n" + SKILL_BODY
+SKILL_SHA = hashlib.sha256(SKILL_FILE.encode()).hexdigest()
 
 
 def _task_tool() -> BaseTool:
@@ -55,8 +59,8 @@ def _skill_reader() -> BaseTool:
     def read_file(path: str) -> tuple[str, dict[str, Any]]:
         if not path.startswith("/skills/research/"):
             raise ToolException(f"no such file: {path}")
-        skill = {"name": "research", "path": path, "description": "How to research.", "sha256": "cd" * 32}
-        return SKILL_BODY, {"sha256": "cd" * 32, "path": path, "skill": skill}
+        skill = {"name": "research", "path": path, "description": "How to research.", "sha256": SKILL_SHA}
+        return SKILL_FILE, {"sha256": SKILL_SHA, "path": path, "skill": skill}
 
     return tool("read_file", description="Read a file.", response_format="content_and_artifact")(read_file)
 
@@ -167,7 +171,7 @@ async def test_skill_reads_are_captured_with_their_body_once(tmp_path: Path) -> 
     (entry,) = skills
     assert entry == {
         "name": "research", "path": "/skills/research/SKILL.md", "description": "How to research.",
-        "sha256": "cd" * 32, "body": SKILL_BODY, "message_id": reads[-1].id, "tool_call_id": reads[-1].tool_call_id,
+        "sha256": SKILL_SHA, "body": split_front_matter(SKILL_FILE)[1], "message_id": reads[-1].id, "tool_call_id": reads[-1].tool_call_id,
     }
 
 

@@ -308,12 +308,13 @@ def test_summarization_joins_both_chains_when_enabled_and_requires_the_durable_c
     assert not any(isinstance(m, Summarization) for m in guard_members("lead", Limits()))
     for kind in CHAIN_KINDS:
         assert sum(isinstance(m, Summarization) for m in guard_members(kind, limits)) == 1
-        with pytest.raises(ChainError, match="Summarization requires durable_context_captured on axis before_model"):
-            build_agent_chain(kind, limits)
-        chain = build_agent_chain(kind, limits, extra=[DurableCaptureStandIn()])
-        assert chain.manifest()["axes"]["before_model"]["execution_order"] == ["DurableCaptureStandIn", "Summarization"]
+        chain = build_agent_chain(kind, limits)
+        assert chain.manifest()["axes"]["before_model"]["execution_order"] == ["DurableContext", "Summarization"]
         members = list(chain.middlewares)
-        i, j = (next(n for n, m in enumerate(members) if m.name == name) for name in ("DurableCaptureStandIn", "Summarization"))
+        i, j = (next(n for n, m in enumerate(members) if m.name == name) for name in ("DurableContext", "Summarization"))
         members[i], members[j] = members[j], members[i]
-        with pytest.raises(ChainError, match="DurableCaptureStandIn must be outer of Summarization"):
+        with pytest.raises(ChainError, match="DurableContext must be outer of Summarization"):
             build_chain(kind, members, catalog=CATALOG)
+        without = [m for m in chain.middlewares if m.name != "DurableContext"]
+        with pytest.raises(ChainError, match="Summarization requires durable_context_captured on axis before_model"):
+            build_chain(kind, without)

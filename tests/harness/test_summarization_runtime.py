@@ -28,7 +28,6 @@ from agentkeel.runtime.requests import RunRequest
 from agentkeel.runtime.runtime import open_runtime
 
 LS = {"name": "ls", "args": {"path": "/workspace"}}
-STAND_IN = "guard_kit:DurableCaptureStandIn"
 SUMMARIZE = {"enabled": True, "trigger_messages": 4, "keep_messages": 2}
 
 
@@ -47,7 +46,7 @@ def _config(
         data_dir=str(tmp_path / "data"), database="memory://",
         models=[*({"name": n, "use": "scripted", "script": _script(tmp_path, n, a)} for n, a in models.items()),
                 *providers],
-        assistants=[{"assistant_id": "lead", "middleware": [STAND_IN]}],
+        assistants=[{"assistant_id": "lead"}],
         limits={"summarization": summarization, "stream_heartbeat_s": 0.2}, base_dir=tmp_path, **extra,
     )
 

@@ -64,13 +64,13 @@ from agentkeel.harness.middleware.input_sanitization import is_user_input
 from agentkeel.harness.middleware.keys import SUBAGENT_RESULT
 from agentkeel.harness.middleware.responses import last_ai, text_of
 from agentkeel.harness.projection import REQUEST_CHARS, SKILL_CHARS, project
+from agentkeel.harness.skills import skill_read
 from agentkeel.harness.state import FullAgentState
 
 DURABLE_CAPTURED = "durable_context_captured"
 """The fact DurableContext provides on ``before_model``: the ledger and skills are up to date."""
 
 TASK_TOOL = "task"
-SKILL_READER = "read_file"
 DEFAULT_SUBAGENT = "general-purpose"
 DESCRIPTION_CHARS = 200
 BRIEF_CHARS = 500
@@ -166,33 +166,33 @@ def result_updates(messages: Sequence[BaseMessage], ledger: Sequence[DelegationE
     return [result_update(m) for m in messages if isinstance(m, ToolMessage) and m.tool_call_id in pending]
 
 
-def _last_batch(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
-    """The messages after the last assistant message with tool calls (its results, mostly)."""
+def _last_batch(messages: Sequence[BaseMessage]) -> tuple[AIMessage | None, Sequence[BaseMessage]]:
+    """The last assistant message with tool calls and the messages after it (its results)."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, AIMessage) and message.tool_calls:
-            return messages[index + 1 :]
-    return []
+            return message, messages[index + 1 :]
+    return None, []
 
 
 def skill_reads(messages: Sequence[BaseMessage], known: set[str | None]) -> list[SkillEntry]:
-    """Skill entries for the successful skill reads of the last tool batch not yet captured."""
+    """Skill entries for the complete skill reads (:func:`agentkeel.harness.skills.skill_read`)
+    of the last tool batch not yet captured."""
+    ai, batch = _last_batch(messages)
+    if ai is None:
+        return []
+    calls = {call.get("id"): call for call in ai.tool_calls}
     entries: list[SkillEntry] = []
-    for message in _last_batch(messages):
-        if not isinstance(message, ToolMessage) or message.name != SKILL_READER or message.status == "error":
+    for message in batch:
+        if not isinstance(message, ToolMessage) or message.id in known:
             continue
-        artifact = message.artifact if isinstance(message.artifact, dict) else {}
-        skill = artifact.get("skill")
-        if not isinstance(skill, dict) or not isinstance(skill.get("name"), str) or message.id in known:
+        call = calls.get(message.tool_call_id)
+        read = skill_read(str(call.get("name")), call.get("args") or {}, message) if call else None
+        if read is None:
             continue
         entries.append({
-            "name": skill["name"],
-            "path": str(skill.get("path") or ""),
-            "description": str(skill.get("description") or ""),
-            "sha256": str(skill.get("sha256") or ""),
-            "body": text_of(message)[:SKILL_CHARS],
-            "message_id": message.id,
-            "tool_call_id": message.tool_call_id,
+            "name": read.name, "path": read.path, "description": read.description, "sha256": read.sha256,
+            "body": read.body[:SKILL_CHARS], "message_id": message.id, "tool_call_id": message.tool_call_id,
         })
     return entries
 
