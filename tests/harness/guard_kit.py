@@ -23,7 +23,6 @@ from langgraph.types import Command
 
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware.base import KeelMiddleware
-from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.responses import is_hint, was_stripped
 from agentkeel.harness.scripted import Script, ScriptedChatModel, ScriptSession
 from agentkeel.harness.stop_reasons import StopReasonCollector
@@ -222,18 +221,6 @@ class RetryOnce(AgentMiddleware):
             return await handler(request)
         except Exception:
             return await handler(request)
-
-
-class DurableCaptureStandIn(KeelMiddleware):
-    """Provides ``durable_context_captured`` on before_model and does nothing else: the fact the
-    DurableContext middleware provides, for chains (Summarization's) that require it in tests that
-    are not about what it captures. Builds without arguments, so a config can name it
-    (``assistants[].middleware: ["guard_kit:DurableCaptureStandIn"]``)."""
-
-    contract = Contract(axes={"before_model": on(provides={"durable_context_captured"})})
-
-    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        return None
 
 
 def hints(request: list[BaseMessage], name: str) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guard_kit import DurableCaptureStandIn, GuardHarness, script
+from guard_kit import GuardHarness, script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models import BaseChatModel
@@ -54,7 +54,7 @@ def summarizer(summaries: list[dict[str, Any]], **limits: Any) -> Summarization:
 
 
 def harness(tmp_path: Path, lead: list[dict[str, Any]], middleware: list[Any], **kwargs: Any) -> GuardHarness:
-    return GuardHarness(script(*lead), [DurableCaptureStandIn(), *middleware], tmp_path / "ws", **kwargs)
+    return GuardHarness(script(*lead), list(middleware), tmp_path / "ws", **kwargs)
 
 
 async def state_of(h: GuardHarness) -> dict[str, Any]:
@@ -303,18 +303,14 @@ async def test_the_summary_never_reaches_a_messages_stream(tmp_path: Path) -> No
 # -- the chain --------------------------------------------------------------------------------------
 
 
-def test_summarization_joins_both_chains_when_enabled_and_requires_the_durable_context_capture() -> None:
+def test_summarization_joins_both_chains_when_enabled_with_durable_context() -> None:
     limits = Limits(summarization={"enabled": True, "trigger_messages": 40})
     assert not any(isinstance(m, Summarization) for m in guard_members("lead", Limits()))
     for kind in CHAIN_KINDS:
         assert sum(isinstance(m, Summarization) for m in guard_members(kind, limits)) == 1
         chain = build_agent_chain(kind, limits)
-        assert chain.manifest()["axes"]["before_model"]["execution_order"] == ["DurableContext", "Summarization"]
-        members = list(chain.middlewares)
-        i, j = (next(n for n, m in enumerate(members) if m.name == name) for name in ("DurableContext", "Summarization"))
-        members[i], members[j] = members[j], members[i]
-        with pytest.raises(ChainError, match="DurableContext must be outer of Summarization"):
-            build_chain(kind, members, catalog=CATALOG)
+        assert chain.manifest()["axes"]["before_model"]["execution_order"] == ["Summarization"]
+        # Summarization only writes the compaction value; DurableContext (mandatory) projects it.
         without = [m for m in chain.middlewares if m.name != "DurableContext"]
-        with pytest.raises(ChainError, match="Summarization requires durable_context_captured on axis before_model"):
-            build_chain(kind, without)
+        with pytest.raises(ChainError, match="DurableContext is mandatory"):
+            build_chain(kind, without, catalog=CATALOG)

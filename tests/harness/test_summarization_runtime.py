@@ -1,8 +1,5 @@
 """Summarization through the product: the config (start-up errors naming the key), the harness
 binding the summary model, and a real run through the worker — journal, usage and thread state.
-
-The chain needs the ``durable_context_captured`` fact; the config names the test kit's stand-in as
-the assistant's third-party middleware, so the run is otherwise exactly what the worker executes.
 """
 
 from __future__ import annotations

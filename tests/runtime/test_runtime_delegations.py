@@ -108,3 +108,35 @@ async def test_a_run_that_ends_on_its_own_is_not_rewritten(keel: Keel) -> None:
         head = await thread_state(rt, thread)
         assert CLOSE_NODE not in ((head.metadata or {}).get("writes") or {})
         assert durable_values(head.values)["delegations"] == []
+
+
+async def test_a_result_that_arrived_before_the_stop_is_taken_in_not_cancelled(
+    keel: Keel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subagent finished, then the run was cancelled while the model was thinking about its
+    result: the entry is ``completed`` (its result is in the thread), not ``cancelled``."""
+
+    async def task(description: str, prompt: str = "") -> str:
+        return "the claims hold"
+
+    quick: BaseTool = tool("task", description="Delegate work to a subagent.")(task)
+    build_tools = agents_module.build_tools
+    monkeypatch.setattr(agents_module, "build_tools", lambda *a, **k: [*build_tools(*a, **k), quick])
+    script = [DELEGATE[0], turn("Reading the result.", delay_ms=60_000)]
+    config = keel.config({"delegate": script})
+    thread = new_thread_id("deleg")
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "analyse the paper")
+
+        async def result_checkpointed() -> bool:
+            try:
+                values = (await thread_state(rt, thread)).values or {}
+            except AssertionError:  # no checkpoint yet
+                return False
+            return any(getattr(m, "tool_call_id", None) == "call-sub" for m in values.get("messages") or [])
+
+        await wait_until(result_checkpointed, what="the task result in the thread")
+        assert (await _ledger(rt, thread))["call-sub"]["status"] == "in_progress"  # not read yet
+        assert await rt.manager.cancel(run.run_id) == CancelOutcome.cancelled
+        assert (await finished(rt, run.run_id)).status == RunStatus.interrupted
+        assert (await _ledger(rt, thread))["call-sub"]["status"] == "completed"

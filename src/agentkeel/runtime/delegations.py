@@ -4,14 +4,16 @@ A run's delegation ledger (the ``delegations`` channel) must never keep an entry
 once the run is over: a later run — or the same thread after compaction — would read it as work
 still under way and neither redo nor retry it. A run that ends on its own closes its entries in the
 agent's ``after_agent`` hook (DurableContext). A cancelled, failed or timed-out run never reaches
-that hook, so the worker closes them while finalizing: it reads the thread's checkpointed ledger
-and writes the closing updates as a neutral state edit (:meth:`StateAccessor.amutate`), through the
+that hook, so the worker closes them while finalizing: it reads the thread's checkpointed ledger,
+first takes in the results that did arrive before the run stopped (a subagent that finished is not
+reported as cancelled because the model never got to read its result), and writes the updates as a neutral state edit (:meth:`StateAccessor.amutate`), through the
 channel's reducer like any other write — a terminal status already there is never downgraded.
 """
 
 from __future__ import annotations
 
-from agentkeel.harness.durable import closing_updates
+from agentkeel.harness.durable import closing_updates, merge_delegations
+from agentkeel.harness.middleware.durable_context import result_updates
 from agentkeel.runtime.checkpoints import StateAccessor
 from agentkeel.runtime.records import RunStatus
 
@@ -26,16 +28,18 @@ _CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
 
 
 async def close_run_delegations(accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus) -> int:
-    """Close the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
-    returns how many were closed (0 for a run that succeeded: it closed its own)."""
+    """Settle the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
+    returns how many were updated (0 for a run that succeeded: it closed its own)."""
     if status not in _CLOSED_AS:
         return 0
     snapshot = await accessor.aget(thread_id)
     if snapshot is None:
         return 0
     closed_as, reason = _CLOSED_AS[status]
-    ledger = (snapshot.values or {}).get("delegations") or []
-    updates = closing_updates(ledger, reason=reason, run_id=run_id, status=closed_as)
+    values = snapshot.values or {}
+    ledger = values.get("delegations") or []
+    found = result_updates(values.get("messages") or [], ledger)
+    updates = [*found, *closing_updates(merge_delegations(ledger, found), reason=reason, run_id=run_id, status=closed_as)]
     if updates:
         await accessor.amutate(thread_id, {"delegations": updates}, label=CLOSE_NODE, metadata={"run_id": run_id})
     return len(updates)

@@ -12,27 +12,26 @@ What, hook by hook:
 * ``before_agent`` — records the thread's original request (its first genuine user message, once),
   and closes ledger entries of *other* runs still ``in_progress``: their run is over, so whatever
   their subagents were doing will never report here.
-* model call (``wrap_model_call``) — on a compacted thread, sends
-  :func:`agentkeel.harness.projection.project` of the messages instead of the messages: the rules
-  as a system message the runtime owns (``system_authority_message``: SystemMessageCoalescing,
-  inner, merges it into the one system prompt), the data message, the latest user request, the
-  kept tail. On the way back it records each ``task`` call of the response as an ``in_progress``
-  ledger entry, as a state update of the model step itself, so the entry is checkpointed with the
-  call before the tool runs: a run cancelled mid-delegation leaves an entry to close, not nothing.
-  It observes the final response (every guard that withholds or suppresses calls is inner), so
-  only calls that will be dispatched are recorded.
-* ``before_model`` — results of delegated calls update their entries, from structured metadata
-  only (:data:`~agentkeel.harness.middleware.keys.SUBAGENT_RESULT`; without it the ToolMessage's
-  own status) — a result's text is never parsed; successful reads of a skill become skill entries.
-  Provides ``durable_context_captured``: Summarization, which may compact the thread next, runs
-  after it.
+* model call (``wrap_model_call``) — first captures what the last tool batch brought: results of
+  delegated calls update their entries, from structured metadata only
+  (:data:`~agentkeel.harness.middleware.keys.SUBAGENT_RESULT`; without it the ToolMessage's own
+  status) — a result's text is never parsed; complete reads of a skill become skill entries. Then,
+  on a compacted thread, it sends :func:`agentkeel.harness.projection.project` of the messages
+  (with those captures) instead of the messages: the rules as a system message the runtime owns
+  (``system_authority_message``: SystemMessageCoalescing, inner, merges it into the one system
+  prompt), the data message, the latest user request, the kept tail. On the way back it records
+  each ``task`` call of the response as an ``in_progress`` ledger entry. The captures and the
+  entries are a state update of the model step itself, so an entry is checkpointed with its call
+  before the tool runs: a run cancelled mid-delegation leaves an entry to close, not nothing. It
+  observes the final response (every guard that withholds or suppresses calls is inner), so only
+  calls that will be dispatched are recorded.
 * ``after_agent`` — a run that stops (an answer, a cap, the turn limit) leaves none of its
   entries ``in_progress``. A run that never gets here (cancelled, failed, timed out) is closed
   by the worker (``agentkeel.runtime.delegations``).
 
-Why the task calls are captured in the model call and not in an ``after_model`` hook: every
-``before_*``/``after_*`` hook is a graph node, a super-step per turn; the default turn limit must
-stay reachable within the default recursion limit.
+Why everything per turn happens in the model call, not in ``before_model`` / ``after_model``
+hooks: every such hook is a graph node — a super-step and a checkpoint per turn, for every run,
+and a turn limit that needs a higher recursion limit to be reachable.
 
 Every hook writes only what changed.
 """
@@ -56,6 +55,7 @@ from agentkeel.harness.durable import (
     closing_updates,
     durable_values,
     merge_delegations,
+    merge_skills,
 )
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler, run_context
 from agentkeel.harness.middleware.coalescing import SYSTEM_AUTHORITY, coalesce
@@ -66,9 +66,6 @@ from agentkeel.harness.middleware.responses import last_ai, text_of
 from agentkeel.harness.projection import REQUEST_CHARS, SKILL_CHARS, project
 from agentkeel.harness.skills import skill_read
 from agentkeel.harness.state import FullAgentState
-
-DURABLE_CAPTURED = "durable_context_captured"
-"""The fact DurableContext provides on ``before_model``: the ledger and skills are up to date."""
 
 TASK_TOOL = "task"
 DEFAULT_SUBAGENT = "general-purpose"
@@ -197,6 +194,19 @@ def skill_reads(messages: Sequence[BaseMessage], known: set[str | None]) -> list
     return entries
 
 
+def captures(messages: Sequence[BaseMessage], durable: dict[str, Any]) -> dict[str, Any]:
+    """The channel updates the thread's newest messages call for: results of delegated calls and
+    complete skill reads not captured yet (empty when there are none)."""
+    update: dict[str, Any] = {}
+    found = result_updates(messages, durable["delegations"])
+    if found:
+        update["delegations"] = found
+    skills = skill_reads(messages, {e.get("message_id") for e in durable["skills"]})
+    if skills:
+        update["skills"] = skills
+    return update
+
+
 def projected(
     request_messages: Sequence[BaseMessage], state_messages: Sequence[BaseMessage], durable: dict[str, Any]
 ) -> list[BaseMessage] | None:
@@ -229,15 +239,10 @@ class DurableContext(KeelMiddleware):
                 reads={"state.messages", "state.delegations", "state.original_request"},
                 mutates={"state.original_request", "state.delegations"},
             ),
-            "before_model": on(
-                provides={DURABLE_CAPTURED},
-                reads={"state.messages", "state.delegations", "state.skills"},
-                mutates={"state.delegations", "state.skills"},
-            ),
             "model": on(
                 provides={SYSTEM_AUTHORITY},
                 reads={"model_request.state"},
-                mutates={"model_request.messages", "state.delegations"},
+                mutates={"model_request.messages", "state.delegations", "state.skills"},
                 observes_final={"model_response"},
             ),
             "after_agent": on(reads={"state.messages", "state.delegations"}, mutates={"state.delegations"}),
@@ -266,17 +271,6 @@ class DurableContext(KeelMiddleware):
             update["delegations"] = [*found, *closing]
         return update or None
 
-    async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        messages, durable = _messages(state), durable_values(state)
-        update: dict[str, Any] = {}
-        found = result_updates(messages, durable["delegations"])
-        if found:
-            update["delegations"] = found
-        skills = skill_reads(messages, {e.get("message_id") for e in durable["skills"]})
-        if skills:
-            update["skills"] = skills
-        return update or None
-
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         messages, ledger = _messages(state), durable_values(state)["delegations"]
         found = result_updates(messages, ledger)
@@ -288,23 +282,30 @@ class DurableContext(KeelMiddleware):
         self, request: ModelRequest, handler: ModelHandler
     ) -> ModelResponse | ExtendedModelResponse[Any]:
         handler = self.traced(request, handler, sent_as=coalesce)
-        durable = durable_values(request.state)
-        messages = projected(request.messages, _messages(request.state), durable)
+        state_messages, durable = _messages(request.state), durable_values(request.state)
+        update = captures(state_messages, durable)
+        durable = {
+            **durable,
+            "delegations": merge_delegations(durable["delegations"], update.get("delegations")),
+            "skills": merge_skills(durable["skills"], update.get("skills")),
+        }
+        messages = projected(request.messages, state_messages, durable)
         outgoing = request if messages is None else request.override(messages=_any(messages))
         response = await handler(outgoing)
         known = {str(e.get("id")) for e in durable["delegations"]}
         entries = task_entries(response, known, self._run_id(request.runtime))
-        if not entries:
+        if entries:
+            update["delegations"] = [*update.get("delegations", []), *entries]
+        if not update:
             return response
-        return ExtendedModelResponse(model_response=response, command=Command(update={"delegations": entries}))
-
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
 def _any(messages: list[BaseMessage]) -> list[AnyMessage]:
     return messages  # type: ignore[return-value]
 
 
 __all__ = [
-    "DURABLE_CAPTURED",
+    "captures",
     "OTHER_RUN_ENDED",
     "RUN_ENDED",
     "TASK_TOOL",

@@ -134,10 +134,9 @@ class Summarization(KeelMiddleware):
     (:mod:`agentkeel.harness.token_estimate`, four characters per token): the agent's system prompt
     and the tool schemas are not in the state this hook sees and are not counted."""
 
+    # No ordering against DurableContext is needed: the thread keeps every message, and
+    # DurableContext captures what the newest ones hold at the model call, before it projects.
     contract = Contract(axes={"before_model": on(
-        # The durable context must capture what the messages about to be compacted hold (ledger
-        # entries, skill reads) before the cut can take them out of the request.
-        requires={"durable_context_captured"},
         reads={"state.messages", "state.compaction", "state.delegations", "state.skills", "state.original_request"},
         mutates={"state.compaction"},
     )})
