@@ -53,7 +53,7 @@ RULES = (
 )
 
 
-def _bounded(text: str, limit: int) -> str:
+def bounded(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     head = limit * 2 // 3
@@ -80,7 +80,7 @@ def _ledger(entries: Sequence[DelegationEntry], visible_calls: set[str]) -> str 
         line = (
             f"- [{entry.get('status', 'in_progress')}] {entry.get('description', '')} "
             f"(via {entry.get('subagent_type', 'general-purpose')}; task {entry.get('id')})"
-            + (f" -> {_bounded(brief, BRIEF_CHARS)}" if brief else "")
+            + (f" -> {bounded(brief, BRIEF_CHARS)}" if brief else "")
         )
         line = neutralize(line)
         if used + len(line) > LEDGER_CHARS:
@@ -98,7 +98,7 @@ def _skills(entries: Sequence[SkillEntry], visible: set[str]) -> str | None:
     parts: list[str] = []
     used = 0
     for entry in reversed(hidden):  # the most recently read first
-        body = _bounded(str(entry.get("body") or ""), SKILL_CHARS)
+        body = bounded(str(entry.get("body") or ""), SKILL_CHARS)
         part = neutralize(f"### {entry.get('name')} ({entry.get('path')})\n{body}")
         if used + len(part) > SKILLS_CHARS:
             parts.append(f"(... {len(hidden) - len(parts)} more skills; read their SKILL.md again to use them)")
@@ -115,10 +115,10 @@ def durable_text(durable: Mapping[str, Any], tail: Sequence[BaseMessage], pinned
     compaction = durable.get("compaction") or {}
     summary = str(compaction.get("summary") or "").strip()
     if summary:
-        sections.append("## Summary of the conversation so far\n" + neutralize(_bounded(summary, SUMMARY_CHARS)))
+        sections.append("## Summary of the conversation so far\n" + neutralize(bounded(summary, SUMMARY_CHARS)))
     original = durable.get("original_request") or {}
     if original.get("text") and original.get("id") not in visible:
-        sections.append("## The user's original request\n" + neutralize(_bounded(str(original["text"]), REQUEST_CHARS)))
+        sections.append("## The user's original request\n" + neutralize(bounded(str(original["text"]), REQUEST_CHARS)))
     ledger = _ledger(durable.get("delegations") or [], _tool_call_ids(tail))
     if ledger:
         sections.append(ledger)
@@ -156,4 +156,4 @@ def is_projected(message: BaseMessage) -> bool:
     return message.id in (RULES_ID, DATA_ID)
 
 
-__all__ = ["DATA_ID", "DURABLE_CONTEXT_NAME", "RULES", "RULES_ID", "durable_text", "is_projected", "project", "rules_message"]
+__all__ = ["DATA_ID", "DURABLE_CONTEXT_NAME", "bounded", "RULES", "RULES_ID", "durable_text", "is_projected", "project", "rules_message"]

@@ -52,7 +52,7 @@ from agentkeel.harness.durable import Compaction, durable_values
 from agentkeel.harness.middleware.base import KeelMiddleware, run_context
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.sanitize import neutralize
-from agentkeel.harness.projection import _bounded, project
+from agentkeel.harness.projection import bounded, project
 from agentkeel.harness.state import FullAgentState
 from agentkeel.harness.token_estimate import messages_tokens
 from agentkeel.limits import SummarizationLimits
@@ -92,15 +92,15 @@ def render_message(message: BaseMessage, limit: int = MESSAGE_CHARS) -> str | No
     role = _ROLES.get(message.type, message.type)
     if isinstance(message, ToolMessage):
         head = f"[tool result: {message.name or 'tool'}]"
-        text = _bounded(message.text, min(limit, RESULT_CHARS))
+        text = bounded(message.text, min(limit, RESULT_CHARS))
     else:
         head = f"[{role}]"
-        text = _bounded(message.text, limit)
+        text = bounded(message.text, limit)
     parts = [head, text] if text else [head]
     if isinstance(message, AIMessage):
         for call in message.tool_calls:
             args = json.dumps(call.get("args"), ensure_ascii=False, default=str)
-            parts.append(f"(calls {call.get('name')} {_bounded(args, ARGS_CHARS)})")
+            parts.append(f"(calls {call.get('name')} {bounded(args, ARGS_CHARS)})")
     return neutralize(" ".join(parts))
 
 
