@@ -74,3 +74,13 @@ def test_workers_runs_at_a_tiny_size(
     for result in results:
         assert result["statuses"] == {"success"} and result["runs_per_s"] > 0
         assert len(result["first_event_ms"]) == 2 and len(result["start_lag_ms"]) == 6
+
+
+def test_context_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(mode_module, "_frozen", None)
+    runs = _load("context", monkeypatch).main(["--turns", "12", "--every", "4", "--trigger", "8", "--keep", "4"])
+    out = capsys.readouterr().out
+    assert "no compaction" in out and "checkpoint bytes/turn" in out and "summary calls" in out, out
+    assert set(runs) == {"plain", "full", "delta"}
+    assert runs["full"].summaries and not runs["plain"].summaries  # compaction happened, and only where on
+    assert max(r.messages for r in runs["full"].lead) <= 9 < max(r.messages for r in runs["plain"].lead)

@@ -28,6 +28,12 @@ A step (JSON object, every key optional):
   ``stall_after`` (default 1) events; in a non-stream response, sleep before answering;
   ``pace_s``: in a stream, sleep before every event (a slow model that keeps producing).
 - ``repeat``: keep this step at the head of the queue.
+- ``match``: a substring; the step is served only to a request whose body contains it (in the body
+  as sent, or in any string inside its JSON, so escaping does not matter). Each request takes the
+  first queued ``match`` step it contains, else the first step without ``match`` (else the default
+  answer). So a test can answer calls it cannot predict the order of — a summary call arriving
+  whenever compaction triggers — with ``{"match": "<text of that prompt>", "repeat": true, ...}``
+  while the run's own turns play in order.
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ class Step:
                 arguments=args if isinstance(args, str) else json.dumps(args),
                 id=call.get("id") or f"call_{serial}_{i}",
             ))
+        match = raw.get("match")
+        if match is not None and (not isinstance(match, str) or not match):
+            raise ValueError(f"step key 'match' must be a non-empty string (got {match!r})")
         error = raw.get("error")
         if isinstance(error, str):
             error = {"preset": error}
@@ -165,14 +174,34 @@ class StubState:
         self.requests: list[dict[str, Any]] = []
         self.serial = 0
 
-    def next_step(self) -> Step:
+    def next_step(self, body: str, strings: list[str]) -> Step:
+        """The step for a request whose body text is ``body`` (``strings``: the strings inside
+        its JSON): the first ``match`` step it contains, else the first step without ``match``."""
         self.serial += 1
-        if not self.queue:
+        index = next((i for i, raw in enumerate(self.queue) if _matches(raw.get("match"), body, strings)), None)
+        if index is None:
+            index = next((i for i, raw in enumerate(self.queue) if raw.get("match") is None), None)
+        if index is None:
             return Step.parse({}, self.serial)
-        raw = self.queue[0]
+        raw = self.queue[index]
         if not raw.get("repeat"):
-            self.queue.pop(0)
+            self.queue.pop(index)
         return Step.parse(raw, self.serial)
+
+
+def _matches(needle: Any, body: str, strings: list[str]) -> bool:
+    return isinstance(needle, str) and (needle in body or any(needle in s for s in strings))
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string at any depth of a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
 
 
 async def _paced(frames: list[str], step: Step) -> AsyncIterator[str]:
@@ -208,7 +237,7 @@ def build_app(provider: Provider) -> Starlette:
             entry["violations"].append(exc.message)
             entry["answered"] = {"status": exc.status, "error": exc.kind}
             return provider.error_response(exc.status, exc.kind, exc.message)
-        step = state.next_step()
+        step = state.next_step(raw.decode(errors="replace"), _strings(body))
         entry["step"] = step.raw
         if step.delay_s:
             await asyncio.sleep(step.delay_s)

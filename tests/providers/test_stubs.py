@@ -138,6 +138,23 @@ async def test_openai_repeat_step_answers_every_request(openai_stub: StubServer)
     assert (await gpt(openai_stub).ainvoke("hi")).content == "ok"  # the default answer
 
 
+async def test_match_steps_answer_only_the_requests_that_contain_their_text(openai_stub: StubServer) -> None:
+    # The run's own turns play in order; a summary call, whenever it comes, gets the match step.
+    openai_stub.script({"match": "Summarise the conversation", "text": "SUMMARY", "repeat": True},
+                       {"text": "first"}, {"match": "Ünïcode \"quoted\"", "text": "escaped"}, {"text": "second"})
+    model = gpt(openai_stub)
+    assert (await model.ainvoke("hi")).content == "first"
+    assert (await model.ainvoke("Summarise the conversation so far")).content == "SUMMARY"
+    assert (await model.ainvoke('say Ünïcode "quoted" back')).content == "escaped"  # JSON escaping is no obstacle
+    assert (await model.ainvoke("hi")).content == "second"
+    assert (await model.ainvoke("Please Summarise the conversation")).content == "SUMMARY"  # repeat: still queued
+    assert (await model.ainvoke("hi")).content == "ok"  # only the match step is left: the default answer
+    assert [r["step"].get("match") for r in openai_stub.requests()] == [
+        None, "Summarise the conversation", 'Ünïcode "quoted"', None, "Summarise the conversation", None]
+    with pytest.raises(httpx.HTTPStatusError):
+        openai_stub.script({"match": ""})  # an empty match would answer everything: refused
+
+
 async def test_openai_delay_before_headers_and_stall_mid_stream_time_out(openai_stub: StubServer) -> None:
     openai_stub.script({"delay_s": 2}, {"text": "slow answer", "stall_s": 2, "stall_after": 2})
     with pytest.raises(openai.APITimeoutError):

@@ -146,22 +146,26 @@ class Keel:
         self.tmp_path = tmp_path
         self._scripts = 0
 
-    def script(self, turns: list[dict[str, Any]], agent: str = "lead", **top: Any) -> str:
-        """Write a script file (agent ``agent`` plays ``turns``); returns its path."""
+    def script(self, turns: list[dict[str, Any]] | dict[str, list[dict[str, Any]]], agent: str = "lead",
+               **top: Any) -> str:
+        """Write a script file (agent ``agent`` plays ``turns``, or ``turns`` maps agent names to
+        their lists); returns its path."""
         self._scripts += 1
         path = self.tmp_path / f"script_{self._scripts}.yaml"
-        path.write_text(yaml.safe_dump({**top, "agents": {agent: turns}}, sort_keys=False))
+        agents = turns if isinstance(turns, dict) else {agent: turns}
+        path.write_text(yaml.safe_dump({**top, "agents": agents}, sort_keys=False))
         return str(path)
 
     def config(
         self,
-        models: dict[str, list[dict[str, Any]]] | None = None,
+        models: dict[str, list[dict[str, Any]] | dict[str, list[dict[str, Any]]]] | None = None,
         *,
         limits: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> KeelConfig:
-        """A config on this backend; ``models`` maps model names to their lead scripts (the first
-        one is every assistant's default)."""
+        """A config on this backend; ``models`` maps model names to their lead scripts, or to their
+        agents' lists (``{"lead": [...], "summarization": [...]}``); the first is every assistant's
+        default."""
         models = models or {"fast": FAST}
         raw: dict[str, Any] = {
             "data_dir": str(self.tmp_path / "data"),
