@@ -1,9 +1,9 @@
 """Summarization: when it compacts, where it cuts, what the summary model is sent, and how the
 summary call is accounted for (journal caller, token budget, no ``messages`` stream chunks).
 
-Every run goes through the real ``create_agent`` loop on the strict scripted model; a stand-in
-provides the ``durable_context_captured`` fact the chain requires (the DurableContext middleware's),
-so these tests see the ``compaction`` value Summarization writes, not its projection into requests.
+Every run goes through the real ``create_agent`` loop on the strict scripted model with
+Summarization alone (no DurableContext), so these tests see the ``compaction`` value it writes, not
+its projection into requests (the replays in tests/runtime cover the whole chain).
 """
 
 from __future__ import annotations
