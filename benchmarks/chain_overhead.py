@@ -63,8 +63,7 @@ async def _one_run(steps: int, strict: bool | None, workspace: Path) -> float:
                          system_prompt="Benchmark agent.", context_schema=RunContext,
                          checkpointer=InMemorySaver(), name="lead")
     thread = uuid.uuid4().hex
-    # Three super-steps per turn with the chain (its DurableContext.before_model node), two without.
-    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 3 * steps + 20}
+    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 2 * steps + 20}
     context = RunContext(thread_id=thread, run_id=uuid.uuid4().hex, workspace_root=workspace)
     began = time.perf_counter()
     async for _ in graph.astream({"messages": [("user", "List the workspace each step.")]}, config,

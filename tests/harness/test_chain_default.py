@@ -148,9 +148,9 @@ def test_composition_keeps_the_checked_order_around_third_party_middleware() -> 
     flattened = [n for m in runnable for n in ([x.name for x in m.members] if isinstance(m, ComposedGuards) else [m.name])]
     assert flattened == [m.name for m in chain.middlewares]  # same members, same order
     assert "Outsider" in [m.name for m in runnable]  # third-party keeps its own place
-    # DurableContext has state hooks (graph nodes), so it keeps its own place too: three groups.
-    assert [m.name for m in runnable if not isinstance(m, ComposedGuards)] == ["DurableContext", "Outsider"]
-    assert sum(isinstance(m, ComposedGuards) for m in runnable) == 3
+    # Every AgentKeel guard of the default chain is wrap-only: one group on each side of it.
+    assert [m.name for m in runnable if not isinstance(m, ComposedGuards)] == ["Outsider"]
+    assert sum(isinstance(m, ComposedGuards) for m in runnable) == 2
     assert len({m.name for m in runnable}) == len(runnable)  # LangChain needs unique names
     manifest = chain.manifest()
     assert [g["name"] for g in manifest["langchain_middleware"]] == [m.name for m in runnable]

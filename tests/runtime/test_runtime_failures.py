@@ -218,7 +218,7 @@ async def test_the_recursion_limit_caps_an_endless_tool_loop(keel: Keel) -> None
         assert run.stop_reason == "recursion_capped"
         (entry,) = run.stop_reasons
         assert (entry["class"], entry["source"], entry["data"]["recursion_limit"]) == ("limit", "worker", 6)
-        # DurableContext.before_agent, then model, tools, model, tools, model.
+        # model, tools, model, tools, model, tools: DurableContext adds no node.
         assert run.usage["by_caller"]["lead"]["calls"] == 3
         items = await stream_events(rt, run.run_id)
         assert items[-1].kind is EventKind.end

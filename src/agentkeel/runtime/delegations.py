@@ -1,10 +1,10 @@
-"""Closing the delegations of a run that did not end on its own.
+"""Closing the delegations a run leaves open.
 
 A run's delegation ledger (the ``delegations`` channel) must never keep an entry ``in_progress``
 once the run is over: a later run — or the same thread after compaction — would read it as work
-still under way and neither redo nor retry it. A run that ends on its own closes its entries in the
-agent's ``after_agent`` hook (DurableContext). A cancelled, failed or timed-out run never reaches
-that hook, so the worker closes them while finalizing: it reads the thread's checkpointed ledger,
+still under way and neither redo nor retry it. However the run ended — an answer, a cap, a cancel,
+a failure, its time limit — the worker settles its entries while finalizing (the agent itself
+cannot: a cancelled run never reaches an end-of-run hook). It reads the thread's checkpointed ledger,
 first takes in the results that did arrive before the run stopped (a subagent that finished is not
 reported as cancelled because the model never got to read its result), and writes the updates as a neutral state edit (:meth:`StateAccessor.amutate`), through the
 channel's reducer like any other write — a terminal status already there is never downgraded.
@@ -21,6 +21,7 @@ CLOSE_NODE = "delegations_closed"
 """The writer the closing edit is recorded under in the thread's history."""
 
 _CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
+    RunStatus.success: ("cancelled", "the run ended before the delegation reported a result"),
     RunStatus.interrupted: ("cancelled", "the run was stopped before the delegation finished"),
     RunStatus.timeout: ("timed_out", "the run hit its time limit before the delegation finished"),
     RunStatus.error: ("failed", "the run failed before the delegation finished"),
@@ -29,7 +30,7 @@ _CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
 
 async def close_run_delegations(accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus) -> int:
     """Settle the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
-    returns how many were updated (0 for a run that succeeded: it closed its own)."""
+    returns how many were updated (usually 0: a delegation reports before the model goes on)."""
     if status not in _CLOSED_AS:
         return 0
     snapshot = await accessor.aget(thread_id)

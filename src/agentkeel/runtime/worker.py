@@ -12,7 +12,7 @@ the contract (and ``tests/runtime/test_runtime_*.py`` check it):
 5. trusted runtime context installed (thread_id, run_id, user — never from the caller);
 6. graph streamed, every chunk published;
 7. ``finally``: processes killed, journal flushed, workspace changes recorded, (rollback applied),
-   the delegations of a run that did not end on its own closed in its thread's state,
+   the delegations the run left open closed in its thread's state,
    usage and stop reasons persisted in one fenced write (retried until it lands or the lease is
    lost), thread status updated, completion hooks run — and the END marker published last, only
    once the terminal record is durable.
@@ -299,8 +299,7 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         )
     if state.cancelled:
         await _record_cancellation(active, state, rolled_back)
-    if state.status != RunStatus.success and state.accessor is not None and not rolled_back:
-        # Never reached the agent's own after_agent: its delegations are closed here.
+    if state.started and state.accessor is not None and not rolled_back:
         await _step("close delegations", active, close_run_delegations(
             state.accessor, record.thread_id, run_id, state.status), bound)
     finished = await _persist(deps, active, state, rolled_back)

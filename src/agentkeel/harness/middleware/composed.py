@@ -7,6 +7,11 @@ is already ordered and checked by :mod:`.chain`, so AgentKeel composes runs of i
 middleware itself, Starlette-style: one visible loop per axis, first member outermost — exactly the
 nesting LangChain would have built. Third-party middleware keep their place between the groups, so
 the order LangChain executes is the checked order.
+
+A member may answer with an ``ExtendedModelResponse`` (a response plus a state update written with
+the model step, as DurableContext does). Inside a group the members outer of it see the plain
+response, as LangChain's own composition gives them; the group answers with the response and the
+members' updates together.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse, ModelRequest, ModelResponse
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler, ToolHandler, ToolResult
 from agentkeel.harness.middleware.contracts import implemented_axes
@@ -28,12 +34,28 @@ def _composable(middleware: Any) -> bool:
     return isinstance(middleware, KeelMiddleware) and set(implemented_axes(middleware)) <= _WRAP_AXES
 
 
-def _bind_model(member: KeelMiddleware, inner: ModelHandler) -> ModelHandler:
+def _bind_model(member: KeelMiddleware, inner: ModelHandler, updates: list[dict[str, Any]]) -> ModelHandler:
     async def call(request: ModelRequest) -> ModelResponse:
-        # AgentKeel wrappers always answer with a ModelResponse (never a bare AIMessage).
-        return cast(ModelResponse, await member.awrap_model_call(request, inner))
+        # AgentKeel wrappers answer with a ModelResponse (never a bare AIMessage), or with one
+        # extended by a state update, which the group hands on and its outer members never see.
+        result = await member.awrap_model_call(request, inner)
+        if isinstance(result, ExtendedModelResponse):
+            if result.command is not None and isinstance(result.command.update, dict):
+                updates.append(result.command.update)
+            return result.model_response
+        return cast(ModelResponse, result)
 
     return call
+
+
+def _merged(updates: list[dict[str, Any]]) -> dict[str, Any]:
+    """One state update from several: list values (channel writes of reducers) concatenated."""
+    out: dict[str, Any] = {}
+    for update in updates:
+        for key, value in update.items():
+            old = out.get(key)
+            out[key] = [*old, *value] if isinstance(old, list) and isinstance(value, list) else value
+    return out
 
 
 def _bind_tool(member: KeelMiddleware, inner: ToolHandler) -> ToolHandler:
@@ -50,6 +72,13 @@ class ComposedGuards(AgentMiddleware):
         super().__init__()
         self._name = name
         self.members = tuple(members)
+        # The state channels a member writes must exist in the graph LangChain builds.
+        default = getattr(AgentMiddleware, "state_schema")  # noqa: B009 (a generic class attribute)
+        schemas = {m.state_schema for m in self.members if m.state_schema is not default}
+        if len(schemas) > 1:
+            raise ValueError(f"{name}: members declare different state schemas: {sorted(map(str, schemas))}")
+        if schemas:
+            self.state_schema = schemas.pop()
         self._model = [m for m in self.members if "model" in implemented_axes(m)]
         self._tool = [m for m in self.members if "tool" in implemented_axes(m)]
 
@@ -57,11 +86,17 @@ class ComposedGuards(AgentMiddleware):
     def name(self) -> str:
         return self._name
 
-    async def awrap_model_call(self, request: ModelRequest, handler: ModelHandler) -> ModelResponse:
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: ModelHandler
+    ) -> ModelResponse | ExtendedModelResponse[Any]:
+        updates: list[dict[str, Any]] = []
         call = handler
         for member in reversed(self._model):  # the first member ends up outermost
-            call = _bind_model(member, call)
-        return await call(request)
+            call = _bind_model(member, call, updates)
+        response = await call(request)
+        if not updates:
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update=_merged(updates)))
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
         call = handler

@@ -7,31 +7,31 @@ it; one that no longer sees the user's first message loses the goal. So those fa
 into the durable channels (:mod:`agentkeel.harness.durable`) while their messages are still in
 the thread, and projected back into each request of a compacted thread.
 
-What, hook by hook:
+What, in the model call (``wrap_model_call``, its only hook):
 
-* ``before_agent`` — records the thread's original request (its first genuine user message, once),
-  and closes ledger entries of *other* runs still ``in_progress``: their run is over, so whatever
-  their subagents were doing will never report here.
-* model call (``wrap_model_call``) — first captures what the last tool batch brought: results of
-  delegated calls update their entries, from structured metadata only
+* first it captures what the thread's messages hold and the channels do not yet: the original
+  request (the thread's first genuine user message, once); results of delegated calls, which update
+  their entries from structured metadata only
   (:data:`~agentkeel.harness.middleware.keys.SUBAGENT_RESULT`; without it the ToolMessage's own
-  status) — a result's text is never parsed; complete reads of a skill become skill entries. Then,
-  on a compacted thread, it sends :func:`agentkeel.harness.projection.project` of the messages
-  (with those captures) instead of the messages: the rules as a system message the runtime owns
-  (``system_authority_message``: SystemMessageCoalescing, inner, merges it into the one system
-  prompt), the data message, the latest user request, the kept tail. On the way back it records
-  each ``task`` call of the response as an ``in_progress`` ledger entry. The captures and the
-  entries are a state update of the model step itself, so an entry is checkpointed with its call
-  before the tool runs: a run cancelled mid-delegation leaves an entry to close, not nothing. It
+  status) — a result's text is never parsed; complete reads of a skill, which become skill
+  entries; and the closing of *other* runs' entries still ``in_progress`` (their run is over, so
+  whatever their subagents were doing will never report here);
+* then, on a compacted thread, it sends :func:`agentkeel.harness.projection.project` of the
+  messages (with those captures) instead of the messages: the rules as a system message the
+  runtime owns (``system_authority_message``: SystemMessageCoalescing, inner, merges it into the
+  one system prompt), the data message, the latest user request, the kept tail;
+* on the way back it records each ``task`` call of the response as an ``in_progress`` entry. It
   observes the final response (every guard that withholds or suppresses calls is inner), so only
   calls that will be dispatched are recorded.
-* ``after_agent`` — a run that stops (an answer, a cap, the turn limit) leaves none of its
-  entries ``in_progress``. A run that never gets here (cancelled, failed, timed out) is closed
-  by the worker (``agentkeel.runtime.delegations``).
 
-Why everything per turn happens in the model call, not in ``before_model`` / ``after_model``
-hooks: every such hook is a graph node — a super-step and a checkpoint per turn, for every run,
-and a turn limit that needs a higher recursion limit to be reachable.
+The captures and the entries are a state update of the model step itself
+(``ExtendedModelResponse``), so an entry is checkpointed with its call before the tool runs: a run
+cancelled mid-delegation leaves an entry to close, not nothing. The run's own entries still open
+when it ends are settled by the worker (``agentkeel.runtime.delegations``), whatever the end.
+
+Why no ``before_*`` / ``after_*`` hooks: each would be a graph node — a super-step and a checkpoint
+per turn (or per run) for every run — and would keep this wrapper out of the composed guard group
+(:mod:`~agentkeel.harness.middleware.composed`), which costs a traced hop per model call.
 
 Every hook writes only what changed.
 """
@@ -73,7 +73,6 @@ DESCRIPTION_CHARS = 200
 BRIEF_CHARS = 500
 
 OTHER_RUN_ENDED = "its run ended before the delegation finished"
-RUN_ENDED = "the run stopped before the delegation reported a result"
 
 
 def _now() -> str:
@@ -194,13 +193,21 @@ def skill_reads(messages: Sequence[BaseMessage], known: set[str | None]) -> list
     return entries
 
 
-def captures(messages: Sequence[BaseMessage], durable: dict[str, Any]) -> dict[str, Any]:
-    """The channel updates the thread's newest messages call for: results of delegated calls and
-    complete skill reads not captured yet (empty when there are none)."""
+def captures(messages: Sequence[BaseMessage], durable: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    """The channel updates the thread's messages call for (empty when there are none): the
+    original request when none is recorded yet; results of delegated calls and complete skill
+    reads not captured yet; and the closing of other runs' entries still ``in_progress`` (their
+    run is over: a thread runs one run at a time)."""
     update: dict[str, Any] = {}
+    if durable["original_request"] is None:
+        original = first_request(messages)
+        if original is not None:
+            update["original_request"] = original
     found = result_updates(messages, durable["delegations"])
-    if found:
-        update["delegations"] = found
+    closing = closing_updates(merge_delegations(durable["delegations"], found), reason=OTHER_RUN_ENDED,
+                              keep_run=run_id) if run_id is not None else []
+    if found or closing:
+        update["delegations"] = [*found, *closing]
     skills = skill_reads(messages, {e.get("message_id") for e in durable["skills"]})
     if skills:
         update["skills"] = skills
@@ -235,17 +242,12 @@ class DurableContext(KeelMiddleware):
     state_schema = FullAgentState
     contract: ClassVar[Contract] = Contract(
         axes={
-            "before_agent": on(
-                reads={"state.messages", "state.delegations", "state.original_request"},
-                mutates={"state.original_request", "state.delegations"},
-            ),
             "model": on(
                 provides={SYSTEM_AUTHORITY},
                 reads={"model_request.state"},
-                mutates={"model_request.messages", "state.delegations", "state.skills"},
+                mutates={"model_request.messages", "state.delegations", "state.skills", "state.original_request"},
                 observes_final={"model_response"},
             ),
-            "after_agent": on(reads={"state.messages", "state.delegations"}, mutates={"state.delegations"}),
         },
         mandatory_for=frozenset({"lead", "subagent"}),
     )
@@ -255,35 +257,12 @@ class DurableContext(KeelMiddleware):
         ctx = run_context(runtime)
         return ctx.run_id if ctx is not None else None
 
-    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        messages, durable = _messages(state), durable_values(state)
-        update: dict[str, Any] = {}
-        if durable["original_request"] is None:
-            original = first_request(messages)
-            if original is not None:
-                update["original_request"] = original
-        found = result_updates(messages, durable["delegations"])
-        closing = closing_updates(
-            merge_delegations(durable["delegations"], found), reason=OTHER_RUN_ENDED,
-            keep_run=self._run_id(runtime),
-        )
-        if found or closing:
-            update["delegations"] = [*found, *closing]
-        return update or None
-
-    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        messages, ledger = _messages(state), durable_values(state)["delegations"]
-        found = result_updates(messages, ledger)
-        run_id = self._run_id(runtime)
-        closing = closing_updates(merge_delegations(ledger, found), reason=RUN_ENDED, run_id=run_id)
-        return {"delegations": [*found, *closing]} if found or closing else None
-
     async def awrap_model_call(
         self, request: ModelRequest, handler: ModelHandler
     ) -> ModelResponse | ExtendedModelResponse[Any]:
         handler = self.traced(request, handler, sent_as=coalesce)
         state_messages, durable = _messages(request.state), durable_values(request.state)
-        update = captures(state_messages, durable)
+        update = captures(state_messages, durable, self._run_id(request.runtime))
         durable = {
             **durable,
             "delegations": merge_delegations(durable["delegations"], update.get("delegations")),
@@ -307,7 +286,6 @@ def _any(messages: list[BaseMessage]) -> list[AnyMessage]:
 __all__ = [
     "captures",
     "OTHER_RUN_ENDED",
-    "RUN_ENDED",
     "TASK_TOOL",
     "DurableContext",
     "first_request",
