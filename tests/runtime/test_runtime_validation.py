@@ -84,3 +84,22 @@ async def test_a_valid_request_after_refusals_is_the_only_run(keel: Keel) -> Non
         assert [r.run_id for r in await rt.store.list_runs(thread_id=thread)] == [run.run_id]
         # Identity keys in the caller's context are dropped; the rest is kept on the record.
         assert run.kwargs["context"] == {"note": 1}
+
+
+async def test_a_run_whose_summary_model_is_unusable_is_refused_naming_the_key(
+    keel: Keel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction on, its model a provider model without its key: the run could never compact,
+    so it is refused like a run on an unusable model, not admitted to fail later."""
+    monkeypatch.delenv("KEEL_TEST_SUMMARY_KEY", raising=False)
+    base = keel.config().model_dump()
+    summarizer = {"name": "summarizer", "use": "openai:gpt-4.1-mini", "api_key_env": "KEEL_TEST_SUMMARY_KEY"}
+    limits = {**base["limits"], "summarization": {"enabled": True, "trigger_messages": 30, "model": "summarizer"}}
+    config = type(keel.config())(**{**base, "models": [*base["models"], summarizer], "limits": limits})
+    async with keel.open(config) as rt:
+        thread = new_thread_id("summary-model")
+        with pytest.raises(RequestError) as caught:
+            await rt.manager.create(RunRequest(thread_id=thread, input="hello"))
+        assert caught.value.field == "limits.summarization.model"
+        assert "KEEL_TEST_SUMMARY_KEY" in str(caught.value)
+        await _nothing_stored(rt, thread)

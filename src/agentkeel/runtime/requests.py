@@ -156,6 +156,12 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
             harness.models.ensure_usable(assistant.model_name)
         except ModelUnavailable as exc:
             raise RequestError("context.model_name" if model_name else "assistant_id", str(exc)) from None
+        summary = limits.summarization
+        if assistant.kind == "agent" and summary.enabled and summary.model not in (None, assistant.model_name):
+            try:  # a run that could never compact is refused too, not admitted to fail later
+                harness.models.ensure_usable(str(summary.model))
+            except ModelUnavailable as exc:
+                raise RequestError("limits.summarization.model", str(exc)) from None
     modes = _stream_modes(request.stream_mode)
     timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
     if timeout <= 0:
