@@ -137,3 +137,19 @@ def test_a_clarification_is_answered_with_resume(workdir: Path) -> None:
     assert neither.returncode == 2 and "either a PROMPT or --resume" in neither.stderr
     no_thread = keel("run", "--resume", "yes", "--config", "keel.yaml", cwd=workdir)
     assert no_thread.returncode == 2 and "--thread" in no_thread.stderr
+
+
+def test_serve_refuses_a_non_loopback_host_without_auth(tmp_path: Path) -> None:
+    for host in ("0.0.0.0", "192.168.1.10", "::", "example.com"):
+        result = keel("serve", "--host", host, "--port", "0", cwd=tmp_path)
+        assert result.returncode == 2, host
+        assert "no authentication" in result.stderr and "--insecure" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".agentkeel").exists()  # refused before anything was set up
+
+
+def test_loopback_hosts_are_recognised() -> None:
+    from agentkeel.cli.main import is_loopback_host
+
+    assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "LOCALHOST"))
+    assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", "localhost.evil"))

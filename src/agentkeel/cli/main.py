@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import sys
 import uuid
@@ -213,10 +214,20 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
     no_worker: Annotated[bool, typer.Option(
         "--no-worker", help="Serve HTTP only; `keel worker` processes execute the runs.")] = False,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Allow a non-loopback --host although the API has no authentication.")] = False,
 ) -> None:
     """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
 
+    if not is_loopback_host(host) and not insecure:
+        err.print(
+            f"[red]--host {host!r} would expose the API beyond this machine, and the API has no "
+            "authentication: anyone who can reach the port could read every thread and run any "
+            "agent. Bind a loopback address (127.0.0.1), or pass --insecure if a proxy in front "
+            "authenticates every request.[/]"
+        )
+        raise typer.Exit(2)
     cfg, harness = _setup(config)
     _warn_unusable(harness)
     raise typer.Exit(serve_gateway(cfg, harness, host, port, log_level, worker=not no_worker))
@@ -231,6 +242,17 @@ def worker(config: ConfigOpt = None) -> None:
     cfg, harness = _setup(config)
     _warn_unusable(harness)
     raise typer.Exit(run_worker(cfg, harness))
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether binding ``host`` keeps the server reachable from this machine only."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def main() -> None:
