@@ -54,7 +54,6 @@ journal.dropped    {count} events lost because the store stayed unreachable and 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -62,6 +61,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentkeel.runtime.records import utcnow
+from agentkeel.runtime.redaction import redact_json
 from agentkeel.runtime.stores.base import JournalEvent, JournalStore
 
 log = logging.getLogger(__name__)
@@ -454,8 +454,9 @@ class _Unrecordable(Exception):
 def _json_safe(data: dict[str, Any] | None) -> dict[str, Any]:
     """A deep, JSON-clean copy: one unserialisable value must not make its whole batch unwritable
     forever (the store would refuse every retry), and later mutation by the caller must not leak in.
-    Values JSON cannot represent are stored as their ``str``."""
-    return dict(json.loads(json.dumps(dict(data or {}), default=str)))
+    Values JSON cannot represent are stored as their ``str``; the server's secrets are redacted
+    (:mod:`agentkeel.runtime.redaction`)."""
+    return dict(redact_json(dict(data or {})))
 
 
 async def _last_stored_seq(store: JournalStore, run_id: str, known: int) -> int:

@@ -20,6 +20,7 @@ from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
+from agentkeel.runtime import redaction
 from agentkeel.runtime.assistants import ensure_system_assistants
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
@@ -82,6 +83,8 @@ async def open_runtime(
     and executes (``RunManager``): ``all`` (a worker: it also recovers lost runs from the start),
     ``own`` (only the runs it admits), ``none`` (admits, controls and reads only)."""
     freeze_checkpoint_mode(config.checkpoint_mode)
+    # The server's secrets never reach a record, a stream or a log line (redaction.py says where).
+    redaction.install(m.api_key_env for m in config.models if m.api_key_env)
     if harness is None:
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
     config.data_path.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import continue_stream, history_of
+from agentkeel.runtime.redaction import redact, redact_json
 from agentkeel.runtime.side_effects import prior_calls, recovered_notes
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
@@ -240,10 +241,10 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
 
 async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: BaseException) -> None:
     state.status = RunStatus.error
-    state.error = f"{type(exc).__name__}: {exc}"
+    state.error = redact(f"{type(exc).__name__}: {exc}")  # a provider may quote the key it refused
     # A model call that cannot succeed says which model, what the provider said and which key to
     # check; any other failure says at least its type and message.
-    state.error_detail = (
+    state.error_detail = redact_json(
         exc.detail() if isinstance(exc, ModelCallFailed) else {"type": type(exc).__name__, "message": str(exc)}
     )
     log.info("run %s failed: %s", active.record.run_id, state.error)

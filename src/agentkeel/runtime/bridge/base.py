@@ -59,6 +59,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, ClassVar
 
+from agentkeel.runtime.redaction import redact
+
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVENT = "__heartbeat__"
@@ -271,7 +273,7 @@ class StreamBridge(ABC):
         """
         if not event or event in RESERVED_EVENTS:
             raise ValueError(f"event name {event!r} is empty or reserved")
-        payload = encode_data(data)
+        payload = redact(encode_data(data))  # no secret of the server's reaches an observer
         floor = self._last.get(run_id, 0)
         if self._faulted():
             self._skip(run_id, floor)
