@@ -29,6 +29,7 @@ _DRAIN_S = 1.0
 Only a process that escaped the group (``setsid``) can keep it open; its output is then dropped.
 """
 
+
 @dataclass(frozen=True)
 class CommandResult:
     exit_code: int
