@@ -7,6 +7,7 @@ is exactly the kind of surprise this runtime exists to remove.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +26,9 @@ from pydantic import (
 
 from agentkeel.database import Database, DatabasePool, DatabaseUrl, as_database_url
 from agentkeel.limits import Limits
+from agentkeel.sandbox.bwrap import BashSandbox, find_bwrap
+
+log = logging.getLogger(__name__)
 
 BUNDLED_SCRIPTS = Path(__file__).parent / "harness" / "scripts"
 DEFAULT_SKILLS_DIR = "./skills"
@@ -96,7 +100,34 @@ class AssistantConfig(_Strict):
 
 
 class ToolsConfig(_Strict):
+    """Which optional tools are on and how ``bash`` is confined (see docs/security.md)."""
+
     bash: bool = False
+    # Run bash without bubblewrap (today's behaviour before the sandbox): no isolation at all.
+    bash_unsandboxed: bool = False
+    bash_network: bool = False  # let sandboxed commands reach the network
+    bash_cpu_s: Annotated[int, Field(ge=1)] = 60  # CPU seconds per command (RLIMIT_CPU)
+    bash_memory_mb: Annotated[int, Field(ge=16)] = 2048  # address space per process (RLIMIT_AS)
+    bash_max_processes: Annotated[int, Field(ge=1)] = 256  # processes of the command (RLIMIT_NPROC)
+    bash_max_file_mb: Annotated[int, Field(ge=1)] = 1024  # largest file written (RLIMIT_FSIZE); also /tmp's size
+    bash_hide: list[str] = Field(default_factory=list)  # host paths hidden besides data_dir (config, secrets)
+    bash_root_uid: Annotated[int, Field(ge=1)] = 65534  # the uid commands run as when the server is root
+
+    @model_validator(mode="after")
+    def _sandbox_available(self) -> ToolsConfig:
+        if self.bash and not self.bash_unsandboxed:
+            if find_bwrap() is None:
+                raise ValueError(
+                    "tools.bash: enabled but bubblewrap (bwrap) is not installed; install it "
+                    "(Debian package bubblewrap) or set tools.bash_unsandboxed: true to run "
+                    "commands with no isolation"
+                )
+        elif self.bash:
+            log.warning(
+                "tools.bash_unsandboxed: bash commands run without a sandbox: they can read the "
+                "server's environment and files and write anywhere the server can"
+            )
+        return self
 
 
 class CorsConfig(_Strict):
@@ -148,6 +179,8 @@ class KeelConfig(_Strict):
 
     # Where relative paths (scripts, graphs, data_dir, skills_dir) resolve; not a config key.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+    # The file this was loaded from (hidden from bash commands); not a config key.
+    config_file: Path | None = Field(default=None, exclude=True)
 
     def model_post_init(self, _ctx: Any) -> None:
         if self.database is not None:
@@ -191,6 +224,25 @@ class KeelConfig(_Strict):
         path = self.resolve_path(self.skills_dir or DEFAULT_SKILLS_DIR)
         return path if path.is_dir() else None
 
+    def bash_sandbox(self) -> BashSandbox | None:
+        """The confinement of every bash call; None when the deployment chose no sandbox."""
+        tools = self.tools
+        if tools.bash_unsandboxed:
+            return None
+        return BashSandbox(
+            hidden=(
+                self.data_path,
+                *([self.config_file] if self.config_file is not None else []),
+                *(self.resolve_path(p) for p in tools.bash_hide),
+            ),
+            network=tools.bash_network,
+            cpu_s=tools.bash_cpu_s,
+            memory_mb=tools.bash_memory_mb,
+            max_processes=tools.bash_max_processes,
+            max_file_mb=tools.bash_max_file_mb,
+            root_uid=tools.bash_root_uid,
+        )
+
     @property
     def database_url(self) -> DatabaseUrl:
         return self.database or DatabaseUrl("sqlite", str(self.data_path / "keel.db"))
@@ -232,6 +284,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     path = path or env.get("AGENTKEEL_CONFIG") or None
     raw: Any = {}
     base_dir = Path.cwd()
+    config_file: Path | None = None
     source = "<defaults>"
     if path:
         file = Path(path).expanduser()
@@ -243,15 +296,17 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             raise ConfigError(f"config file {file} is not valid YAML: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"config file {file}: the top level must be a mapping")
-        base_dir = file.resolve().parent
+        config_file = file.resolve()
+        base_dir = config_file.parent
         source = str(file)
-    if "base_dir" in raw:
-        raise ConfigError(f"invalid configuration in {source}:\n  base_dir: Extra inputs are not permitted")
+    for internal in ("base_dir", "config_file"):
+        if internal in raw:
+            raise ConfigError(f"invalid configuration in {source}:\n  {internal}: Extra inputs are not permitted")
     if env.get("AGENTKEEL_DATABASE_URL"):
         raw["database"] = env["AGENTKEEL_DATABASE_URL"]
     if env.get("AGENTKEEL_REDIS_URL"):
         raw["stream"] = env["AGENTKEEL_REDIS_URL"]
     try:
-        return KeelConfig(**raw, base_dir=base_dir)
+        return KeelConfig(**raw, base_dir=base_dir, config_file=config_file)
     except ValidationError as exc:
         raise ConfigError(_format(exc, source)) from None

@@ -6,9 +6,9 @@ thread takes a new run, an observer that reconnects with its ``Last-Event-ID`` g
 event id repeated (a stretch it cannot get back is announced as a ``gap``), the journal holds what
 happened before the crash, and a non-idempotent tool that was in flight is not executed again.
 
-The tool is ``bash``: it records that it started, sleeps, then appends one line. It runs in its own
-process group, so it outlives the killed server and appends its line exactly once by itself; a
-second line could only come from the tool being run again.
+The tool is ``bash``: it records that it started, sleeps, then appends one line. Its sandbox dies
+with the killed server, so the line is never appended: a line could only come from a command that
+outlived the server or from the tool being run again.
 """
 
 from __future__ import annotations
@@ -161,11 +161,11 @@ async def test_kill_9_mid_tool_then_restart(tmp_path: Path, policy: str, backend
             seqs = [e["seq"] for e in journal]
             assert seqs == sorted(set(seqs))
 
-            await asyncio.sleep(3.5)  # the orphaned tool process finishes its one append
+            await asyncio.sleep(3.5)  # long enough for a surviving or re-run command to append
             started = (workspace_of(thread) / "starts.txt").read_text().splitlines()
             if policy == "resume":
                 assert started == ["started"], "the non-idempotent tool call was executed again"
-            assert (workspace_of(thread) / "count.txt").read_text().splitlines() == ["once"]
+            assert not (workspace_of(thread) / "count.txt").exists(), "the command outlived the server"
 
             # The thread is usable: a new run completes on it.
             again = await http.post(f"/threads/{thread}/runs/wait", json={

@@ -20,6 +20,7 @@ from agentkeel.harness.context import RunContext
 from agentkeel.harness.tools import WORKSPACE_TOOL_NAMES, build_tools
 from agentkeel.harness.tools import files as file_tools
 from agentkeel.harness.tools import search as search_tools
+from agentkeel.sandbox.bwrap import BashSandbox, find_bwrap
 from agentkeel.sandbox.exec import ProcessGroupRegistry
 from agentkeel.sandbox.workspace import Workspace
 
@@ -372,6 +373,21 @@ async def test_bash_runs_in_workspace_and_reports_changes(
     ]
     assert isinstance(ctx.processes, RecordingRegistry) and len(ctx.processes.registered) == 1
     assert ctx.processes.kill_all() == 0
+
+
+async def test_bash_runs_in_the_runs_sandbox(
+    ctx: RunContext, ws: Workspace, touches: Touches, outside: Path, request: pytest.FixtureRequest
+) -> None:
+    if find_bwrap() is None:
+        root = request.config.pluginmanager.get_plugin(str(Path(__file__).parents[1] / "conftest.py"))
+        root.service_unavailable("bubblewrap", "bwrap is not installed (apt-get install -y bubblewrap)")
+    sandboxed = replace(ctx, bash_sandbox=BashSandbox(hidden=(outside,)))
+    command = f"pwd; echo new > outputs/a.txt; cat {outside}/secret.txt; touch {outside}/x; exit 3"
+    message = await call(sandboxed, "bash", "b1", command=command)
+    assert isinstance(message.content, str) and message.content.startswith(f"{ws.real_root}\n")
+    assert "TOPSECRET" not in message.content and message.content.endswith("[exit code 3]")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert touches.calls == [("/workspace/outputs/a.txt", "b1", "bash")]
 
 
 async def test_bash_timeout_is_capped_by_context_and_kills_group(ctx: RunContext) -> None:

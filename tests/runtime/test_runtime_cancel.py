@@ -39,9 +39,21 @@ pytestmark = backend_matrix(FULL_MATRIX)
 # The shell records its own pid (the process group leader: every command runs in a new session)
 # and then sleeps far longer than the test.
 SLOW_BASH = [
-    turn("Running the long job.", call("bash", "call_sleep", command="echo $$ > pid; sleep 30")),
+    turn("Running the long job.", call("bash", "call_sleep", command="echo started > pid; sleep 31.5")),
     turn("Never said."),
 ]
+
+
+def host_pid_of(argv: bytes) -> int | None:
+    """The host pid of the process running exactly ``argv`` (NUL-separated): a sandboxed command
+    only knows its pid inside its own pid namespace."""
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and open(f"/proc/{entry}/cmdline", "rb").read() == argv:
+                return int(entry)
+        except OSError:
+            continue
+    return None
 
 
 async def test_cancel_during_a_slow_bash_command_kills_its_process_group(keel: Keel) -> None:
@@ -50,8 +62,8 @@ async def test_cancel_during_a_slow_bash_command_kills_its_process_group(keel: K
     pid_file = workspace(config, thread) / "pid"
     async with keel.open(config) as rt:
         run = await start(rt, thread, "run the job")
-        text = await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the pid file")
-        pid = int(text)
+        await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the pid file")
+        pid = await wait_until(lambda: host_pid_of(b"sleep\x0031.5\x00"), what="the sleeping command")
         os.kill(pid, 0)  # alive: the command is running
         assert (await stored(rt, run.run_id)).status == RunStatus.running
 

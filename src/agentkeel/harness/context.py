@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentkeel.harness.stop_reasons import StopReasonCollector
+from agentkeel.sandbox.bwrap import BashSandbox
 
 
 class FileTouchRecorder(Protocol):
@@ -64,6 +65,9 @@ class RunContext:
     bash_enabled: bool = False
     bash_timeout_s: float = 60.0
     bash_output_cap: int = 32_000
+    # The bubblewrap confinement of each bash call; None runs it unsandboxed (only when the
+    # deployment set tools.bash_unsandboxed, or a graph runs outside the runtime).
+    bash_sandbox: BashSandbox | None = None
     # The time limit of each file-system tool call (read_file, write_file, str_replace, ls, glob, grep).
     workspace_tool_timeout_s: float = 30.0
     # The deployment's skills directory, which the file tools read as /skills (read-only); None

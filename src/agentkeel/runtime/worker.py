@@ -222,6 +222,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         bash_enabled=deps.config.tools.bash,
         bash_timeout_s=limits.bash_timeout_s,
         bash_output_cap=limits.bash_output_cap,
+        bash_sandbox=deps.config.bash_sandbox(),
         workspace_tool_timeout_s=limits.workspace_tool_timeout_s,
         skills_root=deps.harness.skills_root,
         touches=state.tracker,

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentkeel.sandbox.bwrap import BashSandbox, command_env
+
 TERM_GRACE_S = 2.0
 """How long a timed-out command may take to exit on SIGTERM before its group gets SIGKILL."""
 
@@ -26,8 +28,6 @@ _DRAIN_S = 1.0
 
 Only a process that escaped the group (``setsid``) can keep it open; its output is then dropped.
 """
-
-_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,6 @@ class _HeadTail:
         return f"{head}\n[... {omitted} bytes of output omitted ...]\n{tail}", True
 
 
-def _command_env(home: Path) -> dict[str, str]:
-    """The whole environment a command sees: nothing inherited, so host secrets never leak in."""
-    return {"PATH": _SAFE_PATH, "HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-
-
 class _CommandProtocol(asyncio.SubprocessProtocol):
     """Feeds output to the collector and reports the shell's exit separately from pipe closure.
 
@@ -151,6 +146,7 @@ async def run_command(
     output_cap: int,
     on_start: Callable[[int], None] | None = None,
     on_exit: Callable[[int], None] | None = None,
+    sandbox: BashSandbox | None = None,
 ) -> CommandResult:
     """Run ``bash -c command`` in ``cwd`` (also its HOME) in a new process group.
 
@@ -158,16 +154,19 @@ async def run_command(
     the group gets SIGTERM, then SIGKILL after :data:`TERM_GRACE_S`. If the awaiting task is
     cancelled the group is killed at once and the cancellation propagates. ``on_start`` and
     ``on_exit`` receive the group id (the shell's pid) so a registry can track the command while
-    it lives.
+    it lives. With a ``sandbox`` the command runs inside bubblewrap (see :mod:`.bwrap`); the group
+    is then bwrap's, and killing it kills bwrap, whose pid namespace takes every process with it.
     """
     collector = _HeadTail(output_cap)
+    argv = ["bash", "-c", command]
+    if sandbox is not None:
+        await asyncio.to_thread(sandbox.prepare, cwd)
+        argv = sandbox.argv(command, cwd)
     transport, protocol = await asyncio.get_running_loop().subprocess_exec(
         lambda: _CommandProtocol(collector),
-        "bash",
-        "-c",
-        command,
+        *argv,
         cwd=cwd,
-        env=_command_env(cwd),
+        env=command_env(cwd),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -50,6 +50,7 @@ async def bash(command: str, runtime: Runtime, timeout_s: float | None = None) -
             ctx.bash_output_cap,
             on_start=registry.register if registry is not None else None,
             on_exit=registry.unregister if registry is not None else None,
+            sandbox=ctx.bash_sandbox,
         )
     finally:
         after = await asyncio.to_thread(ws.listing, LISTING_MAX_ENTRIES)
