@@ -167,6 +167,10 @@ class Limits(_Strict):
     bash_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     bash_output_cap: Annotated[int, Field(ge=256)] = 32_000
     workspace_tool_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    # The most file content one read_file call returns (and holds, beside one read chunk), and the
+    # largest file write_file / str_replace produce: bounded memory whatever the file size.
+    file_read_max_bytes: Annotated[int, Field(ge=1)] = 100_000
+    file_write_max_bytes: Annotated[int, Field(ge=1)] = 10_000_000
     snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
     snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
     stream_retention: Annotated[int, Field(ge=1)] = 10_000

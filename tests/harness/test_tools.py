@@ -18,7 +18,6 @@ from langgraph.prebuilt import ToolNode
 
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.tools import WORKSPACE_TOOL_NAMES, build_tools
-from agentkeel.harness.tools import files as file_tools
 from agentkeel.harness.tools import search as search_tools
 from agentkeel.sandbox.bwrap import BashSandbox, find_bwrap
 from agentkeel.sandbox.exec import ProcessGroupRegistry
@@ -186,15 +185,12 @@ async def test_read_file_errors_are_tool_errors(ctx: RunContext, path: str, frag
     assert message.artifact is None
 
 
-async def test_read_file_cuts_huge_selections(
-    ctx: RunContext, ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(file_tools, "READ_CAP_CHARS", 10)
+async def test_read_file_cuts_huge_selections(ctx: RunContext, ws: Workspace) -> None:
     data = b"0123456789abcdef\n"
     (ws.real_root / "big.txt").write_bytes(data)
-    message = await call(ctx, "read_file", path="big.txt")
+    message = await call(replace(ctx, file_read_max_bytes=10), "read_file", path="big.txt")
     assert isinstance(message.content, str)
-    assert message.content.startswith("0123456789\n[... cut at 10 characters")
+    assert message.content.startswith("0123456789\n[... cut at 10 bytes (limits.file_read_max_bytes)")
     assert message.artifact["sha256"] == hashlib.sha256(data).hexdigest()
 
 

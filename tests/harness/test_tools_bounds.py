@@ -187,7 +187,7 @@ async def test_read_file_cuts_one_endless_line_in_bounded_memory(ctx: RunContext
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert text.startswith("y" * 1000) and "[... cut at 100000 characters" in text
+    assert text.startswith("y" * 1000) and "[... cut at 100000 bytes" in text
     assert peak < 12_000_000, f"read_file held {peak} bytes for a 20 MB line"
 
 
@@ -210,7 +210,7 @@ async def test_fifos_are_refused_not_waited_on(ctx: RunContext, ws: Workspace, t
 
 
 async def test_str_replace_refuses_files_it_would_have_to_load_whole(ctx: RunContext, ws: Workspace) -> None:
-    (ws.real_root / "huge.txt").write_bytes(b"a" * (bounds.WHOLE_FILE_MAX_BYTES + 1))
+    (ws.real_root / "huge.txt").write_bytes(b"a" * (ctx.file_write_max_bytes + 1))
     assert_tool_error(await call(ctx, "str_replace", path="huge.txt", old="a", new="b", replace_all=True), "too large")
 
 

@@ -70,6 +70,9 @@ class RunContext:
     bash_sandbox: BashSandbox | None = None
     # The time limit of each file-system tool call (read_file, write_file, str_replace, ls, glob, grep).
     workspace_tool_timeout_s: float = 30.0
+    # The byte caps of read_file (content returned) and write_file / str_replace (file produced).
+    file_read_max_bytes: int = 100_000
+    file_write_max_bytes: int = 10_000_000
     # The deployment's skills directory, which the file tools read as /skills (read-only); None
     # when there is none.
     skills_root: Path | None = None

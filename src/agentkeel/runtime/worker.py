@@ -224,6 +224,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         bash_output_cap=limits.bash_output_cap,
         bash_sandbox=deps.config.bash_sandbox(),
         workspace_tool_timeout_s=limits.workspace_tool_timeout_s,
+        file_read_max_bytes=limits.file_read_max_bytes,
+        file_write_max_bytes=limits.file_write_max_bytes,
         skills_root=deps.harness.skills_root,
         touches=state.tracker,
         processes=state.processes,

@@ -116,31 +116,83 @@ async def off_loop(tool: str, limit_s: float, work: Callable[[Deadline], T]) -> 
         deadline.abandon()
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> BinaryIO:
-    """``path`` opened for binary I/O, if it is a regular file.
+def open_regular(
+    path: Path,
+    flags: int = os.O_RDONLY,
+    mode: int = 0o666,
+    *,
+    beneath: Path | None = None,
+    make_parents: bool = False,
+) -> BinaryIO:
+    """``path`` opened for binary I/O, if it is a regular file with a single hard link.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once (or fail with ENXIO for writing) instead of
-    waiting for a peer; the type is then checked on the open descriptor, so nothing can be swapped
-    in between the check and the use.
+    waiting for a peer; ``O_NOFOLLOW`` refuses a final component that became a symlink after the
+    path was resolved. With ``beneath`` (the real root the path was resolved in) every directory
+    on the way is opened relative to its parent with ``O_NOFOLLOW`` too, so a directory swapped
+    for a symlink between the check and the open cannot redirect it; ``make_parents`` creates
+    missing directories the same way. The type and link count are then checked on the open
+    descriptor, and ``O_TRUNC`` is applied only after that check: a hard link (which shares its
+    inode with a file that may lie outside the workspace), a device or a FIFO is refused with
+    nothing changed.
     """
+    truncate = bool(flags & os.O_TRUNC)
+    flags = (flags & ~os.O_TRUNC) | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        if beneath is None:
+            fd = os.open(path, flags, mode)
+        else:
+            fd = _open_beneath(beneath, path, flags, mode, make_parents)
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a FIFO without a reader (or a device) opened for writing
             raise OSError(errno.EINVAL, "not a regular file") from None
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symlink (changed after it was checked); refused") from None
         raise
     try:
-        kind = os.fstat(fd).st_mode
-        if stat.S_ISDIR(kind):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
-        if not stat.S_ISREG(kind):
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_nlink > 1:
+            raise OSError(
+                errno.EPERM,
+                f"refused: the file has {info.st_nlink} hard links, and a hard link can share its "
+                "content with a file outside the workspace",
+            )
+        if truncate:
+            os.ftruncate(fd, 0)
         os.set_blocking(fd, True)
         writing = flags & (os.O_WRONLY | os.O_RDWR)
         return os.fdopen(fd, ("ab" if flags & os.O_APPEND else "wb") if writing else "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_beneath(root: Path, path: Path, flags: int, mode: int, make_parents: bool) -> int:
+    """``os.open(path)`` walked from ``root`` one component at a time, following no symlink."""
+    parts = path.relative_to(root).parts
+    directory = os.open(root, _DIRECTORY_FLAGS)
+    try:
+        if not parts:
+            return os.open(".", flags, mode, dir_fd=directory)
+        for part in parts[:-1]:
+            if make_parents:
+                try:
+                    os.mkdir(part, dir_fd=directory)
+                except FileExistsError:
+                    pass
+            inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        return os.open(parts[-1], flags, mode, dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def read_whole(path: Path, deadline: Deadline, max_bytes: int = WHOLE_FILE_MAX_BYTES) -> bytes | None:

@@ -7,6 +7,12 @@ disk: a later guard compares it with the file's current hash to detect edits bas
 ``read_file`` also reads the skills mount (``/skills/...``); ``write_file`` and ``str_replace``
 refuse it. A whole read of a skill's SKILL.md says so in its artifact (``skill``), which is how
 :func:`agentkeel.harness.skills.skill_read` recognises it later.
+
+Every call is bounded in bytes (``limits.file_read_max_bytes`` of content returned,
+``limits.file_write_max_bytes`` of file produced), and every file is opened below the resolved
+root without following symlinks and refused when it is not a regular file with a single hard link
+(:func:`~agentkeel.harness.tools.bounds.open_regular`), so nothing swapped in after the path check
+can redirect a read or a write outside the workspace.
 """
 
 from __future__ import annotations
@@ -31,17 +37,14 @@ from agentkeel.harness.tools._support import (
     writable,
 )
 from agentkeel.harness.tools.bounds import (
-    WHOLE_FILE_MAX_BYTES,
     Deadline,
+    file_sha256,
     iter_line_pieces,
     off_loop,
     open_regular,
     read_chunks,
     read_whole,
 )
-
-READ_CAP_CHARS = 100_000
-"""The most text one ``read_file`` call returns; longer selections are cut with a note."""
 
 
 async def read_file(
@@ -69,8 +72,10 @@ async def read_file(
         with tool_errors(path):
             ws = filesystem(ctx, path)
             real = ws.resolve(path)
-            with open_regular(real) as handle:
-                text, digest = _read_selection(path, handle, first, end_line, ranged, deadline)
+            with open_regular(real, beneath=ws.real_root) as handle:
+                text, digest = _read_selection(
+                    path, handle, first, end_line, ranged, deadline, ctx.file_read_max_bytes
+                )
         virtual = ws.to_virtual(real)
         artifact: dict[str, Any] = {"sha256": digest, "path": virtual}
         skill = None if ws.writable else skill_artifact(virtual, text, digest)
@@ -82,12 +87,13 @@ async def read_file(
 
 
 def _read_selection(
-    path: str, handle: BinaryIO, first: int, last: int | None, ranged: bool, deadline: Deadline
+    path: str, handle: BinaryIO, first: int, last: int | None, ranged: bool, deadline: Deadline, cap: int
 ) -> tuple[str, str]:
-    """Lines ``first..last`` of the file (at most READ_CAP_CHARS of them) and the whole file's hash.
+    """Lines ``first..last`` of the file (at most ``cap`` bytes of them, as UTF-8) and the whole
+    file's hash.
 
     The file is streamed: text is decoded only up to the end of the selection (or the cut), the
-    rest is only hashed, so memory stays bounded however large the file is.
+    rest is only hashed, so memory stays bounded (the cap plus one chunk) however large the file is.
     """
     digest = hashlib.sha256()
 
@@ -100,15 +106,18 @@ def _read_selection(
 
     source = chunks()
     kept: list[str] = []
-    room = READ_CAP_CHARS
+    room = cap
     cut = False
     number = 1  # the line the next piece belongs to
     open_line = False  # the last piece did not end its line
     for piece, ends_line in iter_line_pieces(source):
         if number >= first:
-            cut = len(piece) > room
-            kept.append(piece[:room])
-            room -= len(kept[-1])
+            encoded = piece.encode("utf-8")
+            cut = len(encoded) > room
+            if cut:  # whole characters only
+                piece = encoded[:room].decode("utf-8", errors="ignore")
+            kept.append(piece)
+            room -= min(len(encoded), room)
         open_line = not ends_line
         number += ends_line
         if cut or (last is not None and number > last):
@@ -120,7 +129,9 @@ def _read_selection(
         raise ToolException(f"{path} has {lines} lines; start_line {first} is past the end")
     text = "".join(kept)
     if cut:
-        text += f"\n[... cut at {READ_CAP_CHARS} characters; read further with start_line/end_line]"
+        text += (
+            f"\n[... cut at {cap} bytes (limits.file_read_max_bytes); read further with start_line/end_line]"
+        )
     return text, digest.hexdigest()
 
 
@@ -135,6 +146,7 @@ async def write_file(path: str, content: str, runtime: Runtime, append: bool = F
         append: Append to the end of the file instead of replacing its content.
     """
     data = content.encode("utf-8")
+    _check_write_size(path, len(data), run_context(runtime).file_write_max_bytes)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     virtual = await _change(runtime, "write_file", path, flags, lambda real, deadline: data)
     return f"{'Appended' if append else 'Wrote'} {len(data)} bytes to {virtual}"
@@ -155,12 +167,13 @@ async def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_a
     if not old:
         raise ToolException("old must not be empty")
     replaced: list[int] = []
+    cap = run_context(runtime).file_write_max_bytes
 
     def edit(real: Path, deadline: Deadline) -> bytes:
-        data = read_whole(real, deadline)
+        data = read_whole(real, deadline, cap)
         if data is None:
             raise ToolException(
-                f"{path}: too large for str_replace (over {WHOLE_FILE_MAX_BYTES} bytes); "
+                f"{path}: too large for str_replace (over the {cap}-byte limits.file_write_max_bytes); "
                 "edit it with bash (sed) or rewrite it with write_file"
             )
         text = data.decode("utf-8")
@@ -172,8 +185,10 @@ async def str_replace(path: str, old: str, new: str, runtime: Runtime, replace_a
                 f"{path}: old text occurs {count} times; add surrounding context to make it "
                 "unique, or set replace_all to replace all of them"
             )
+        result = text.replace(old, new).encode("utf-8")
+        _check_write_size(path, len(result), cap)
         replaced.append(count)
-        return text.replace(old, new).encode("utf-8")
+        return result
 
     virtual = await _change(runtime, "str_replace", path, os.O_WRONLY | os.O_TRUNC, edit)
     count = replaced[0]
@@ -189,7 +204,8 @@ async def _change(
     The change ledger hears of the file once it was opened for writing, also when the call then
     fails or runs out of time part-way: the file may have changed, and the ledger must not miss it.
     It also hears the file's sha256 after a complete write (the whole file: an append re-reads it),
-    so a file several calls changed shows each step's result.
+    so a file several calls changed shows each step's result. An append that would make the file
+    larger than ``limits.file_write_max_bytes`` is refused before anything is written.
     """
     ctx = run_context(runtime)
     opened: list[str] = []
@@ -200,11 +216,12 @@ async def _change(
             ws = writable(ctx, path)
             real = ws.resolve(path)
             data = produce(real, deadline)
-            real.parent.mkdir(parents=True, exist_ok=True)
-            with open_regular(real, flags) as handle:
+            with open_regular(real, flags, beneath=ws.real_root, make_parents=True) as handle:
+                if flags & os.O_APPEND:
+                    _check_write_size(path, os.fstat(handle.fileno()).st_size + len(data), ctx.file_write_max_bytes)
                 opened.append(ws.to_virtual(real))
                 handle.write(data)
-            after.append(hashlib.sha256(real.read_bytes() if flags & os.O_APPEND else data).hexdigest())
+            after.append(file_sha256(real, deadline) if flags & os.O_APPEND else hashlib.sha256(data).hexdigest())
         return opened[0]
 
     try:
@@ -212,6 +229,14 @@ async def _change(
     finally:
         if opened:
             report_touch(runtime, opened[0], tool, after[0] if after else None)
+
+
+def _check_write_size(path: str, size: int, cap: int) -> None:
+    if size > cap:
+        raise ToolException(
+            f"{path}: the file would be {size} bytes, over the {cap}-byte limits.file_write_max_bytes; "
+            "nothing was written"
+        )
 
 
 READ_FILE = make_tool(read_file, "read_file", response_format="content_and_artifact")
