@@ -137,10 +137,10 @@ def paths(draw: st.DrawFn, setup: Setup) -> str:
 def plant_agent_link(setup: Setup, target: str | None) -> None:
     """The symlink an agent could create with bash before calling a file tool."""
     link = setup.root / "agent_link"
-    if link.is_symlink() or link.exists():
-        link.unlink() if not link.is_dir() or link.is_symlink() else None
-    if target is not None and not link.exists():
-        link.symlink_to(target if not target.startswith("out_dir") else setup.root / target)
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    if target is not None and not link.exists():  # an earlier write may have made it a directory
+        link.symlink_to(target)
 
 
 def check_resolve(setup: Setup, path: str) -> None:
