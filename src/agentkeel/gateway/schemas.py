@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentkeel.runtime.assistants import AssistantTarget
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
-from agentkeel.runtime.requests import RESERVED_CONTEXT_KEYS, RequestError, RunRequest
+from agentkeel.runtime.requests import MAX_AFTER_SECONDS, RESERVED_CONTEXT_KEYS, RequestError, RunRequest
 
 Durability = Literal["sync", "async", "exit"]
 # Identity of the caller: re-stamped by the server (``RunRequest.user``), never taken from a body.
@@ -48,7 +48,7 @@ class RunCreate(BaseModel):
     multitask_strategy: MultitaskStrategy = MultitaskStrategy.enqueue
     if_not_exists: Literal["reject", "create"] = "reject"
     on_disconnect: OnDisconnect = OnDisconnect.continue_
-    after_seconds: float = Field(default=0.0, ge=0)
+    after_seconds: float = Field(default=0.0, ge=0, le=MAX_AFTER_SECONDS, allow_inf_nan=False)
     webhook: Any = None
     feedback_keys: Any = None
     langsmith_tracer: Any = None
