@@ -113,6 +113,9 @@ async def test_ids_in_the_path_must_have_an_id_shape(http: httpx.AsyncClient) ->
     refused(await http.get(f"/threads/{uuid.uuid4()}/runs/..%2Fetc"), 422, "run_id")
     refused(await http.get("/assistants/%C3%A9t%C3%A9"), 422, "assistant_id")
     assert (await http.get(f"/threads/{uuid.uuid4()}")).status_code == 404  # a well-shaped id: looked up
+    refused(await http.post("/runs/cancel", json={"run_ids": ["../x"]}), 422, "run_ids.0")
+    refused(await http.post("/runs/cancel", json={"thread_id": "a b"}), 422, "thread_id")
+    refused(await http.post("/threads/search", json={"ids": ["x" * 129]}), 422, "ids.0")
 
 
 async def test_deep_metadata_is_refused_before_the_run_or_its_thread_exists(http: httpx.AsyncClient) -> None:

@@ -26,10 +26,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from fastapi.responses import JSONResponse
+from pydantic import StringConstraints
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentkeel.config import GatewayConfig
@@ -40,6 +41,8 @@ _SEGMENT_FIELD = {"threads": "thread_id", "runs": "run_id", "assistants": "assis
 _INT64 = 2**63
 MAX_PAGE = 1_000_000  # page sizes (``limit``) of every listing
 MAX_OFFSET = _INT64 - 1  # offsets and sequence numbers: what a 64-bit column holds
+# A thread or run id given in a body: the shape the path segments are held to.
+Id = Annotated[str, StringConstraints(pattern=_SEGMENT.pattern)]
 
 
 class InputRefused(Exception):

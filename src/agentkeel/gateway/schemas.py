@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentkeel.gateway.input_limits import Id
 from agentkeel.runtime.assistants import AssistantTarget
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
 from agentkeel.runtime.requests import MAX_AFTER_SECONDS, RESERVED_CONTEXT_KEYS, RequestError, RunRequest
@@ -137,6 +138,6 @@ class RunsCancel(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    thread_id: str | None = None
-    run_ids: list[str] | None = None
+    thread_id: Id | None = None
+    run_ids: list[Id] | None = None
     status: Literal["pending", "running", "all"] | None = None
