@@ -155,6 +155,11 @@ class GatewayConfig(_Strict):
     drain_s: Annotated[float, Field(ge=0)] = 10.0  # on SIGTERM: how long runs may finish before being interrupted
     wait_keepalive_s: Annotated[float, Field(gt=0)] = 5.0  # whitespace keep-alive interval of /wait and /join
     cors: CorsConfig = Field(default_factory=CorsConfig)
+    # Input limits (``gateway.input_limits``): a bigger body is a 413, the rest a 422 naming the field.
+    max_body_bytes: Annotated[int, Field(gt=0)] = 2 * 1024 * 1024
+    max_json_depth: Annotated[int, Field(ge=2, le=256)] = 32  # nesting of any JSON body
+    max_messages: Annotated[int, Field(gt=0)] = 1000  # length of any ``messages`` list in a body
+    max_metadata_bytes: Annotated[int, Field(gt=0)] = 64 * 1024  # a body's ``metadata``, serialized
 
 
 DatabaseUrlField = Annotated[DatabaseUrl, PlainValidator(as_database_url), PlainSerializer(str)]

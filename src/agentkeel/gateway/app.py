@@ -5,8 +5,10 @@ admitting, bounded wait, interrupt and finalize the rest) before closing it. ``c
 serves a runtime someone else opened and closes (tests, embedding); it is usable at once, without
 running the lifespan.
 
-Browser clients: CORS (``cors``) wraps everything, so a 4xx answer is readable cross-origin too,
-and request bodies are JSON whatever their content type (``json_bodies``).
+Browser clients: CORS (``cors``) wraps everything, so a 4xx answer is readable cross-origin too;
+request bodies are JSON whatever their content type (``json_bodies``) and bounded in size, depth
+and content before any route runs (``input_limits``), and an unexpected failure is a JSON 500 that
+keeps the connection open (``errors.InternalErrors``, innermost, so CORS headers reach it too).
 
 The threads, assistants and store routers come from modules written alongside this one; each is
 included when its module exists, so the app composes whatever resources are installed.
@@ -25,7 +27,8 @@ import agentkeel
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.cors import install_cors
 from agentkeel.gateway.deps import Gateway, Metrics
-from agentkeel.gateway.errors import install_error_handlers
+from agentkeel.gateway.errors import InternalErrors, install_error_handlers
+from agentkeel.gateway.input_limits import InputLimits
 from agentkeel.gateway.json_bodies import JsonBodies
 from agentkeel.gateway.routes import meta, runs
 from agentkeel.harness.agents import Harness
@@ -64,7 +67,9 @@ def create_app(
     if given is not None:
         app.state.gateway = given
     install_error_handlers(app)
+    app.add_middleware(InternalErrors)
     app.add_middleware(JsonBodies)
+    app.add_middleware(InputLimits, config=config.gateway)
     install_cors(app, config.gateway.cors)  # added last: outermost, so refusals get CORS headers too
     app.include_router(meta.router)
     app.include_router(runs.router)

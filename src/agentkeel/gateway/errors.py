@@ -3,8 +3,13 @@
 The status codes follow the LangGraph server (the SDKs map them to exception classes): 404 for a
 missing thread, run or assistant; 409 for a busy thread under ``reject``; 422 for an invalid body
 (naming the field); 503 while shutting down, and for a stream this process has no subscriber
-slot left for (``limits.stream_max_subscribers``). Anything unexpected is logged with its traceback and
-answered with a bare 500, so internals never leak to a caller.
+slot left for (``limits.stream_max_subscribers``); 413 for a body over ``gateway.max_body_bytes``
+(``input_limits``). Anything unexpected is logged with its traceback and answered with a bare JSON
+500, so internals never leak to a caller.
+
+That 500 comes from ``InternalErrors``, not from an exception handler: Starlette re-raises the
+exception after such a handler answers, and uvicorn then closes the keep-alive connection, so one
+failed request would cost a client its connection (and any request pipelined on it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentkeel.harness.agents import UnknownAssistant
 from agentkeel.runtime.bridge import InvalidEventId, TooManySubscribers
@@ -92,9 +98,32 @@ async def _shutting_down(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
 
-async def _internal(request: Request, exc: Exception) -> JSONResponse:
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return _json(500, "internal error")
+class InternalErrors:
+    """ASGI middleware: an exception no handler took is logged and answered with a JSON 500, and
+    not re-raised, so the connection stays usable. Once a response has started (a stream) there is
+    nothing left to answer with: the exception goes on and the server closes the connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise
+            log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            await _json(500, "internal error")(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -106,4 +135,3 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InvalidEventId, _invalid_event_id)
     app.add_exception_handler(ShuttingDown, _shutting_down)
     app.add_exception_handler(TooManySubscribers, _shutting_down)
-    app.add_exception_handler(Exception, _internal)

@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentkeel.gateway.input_limits import Id
 from agentkeel.runtime.assistants import AssistantTarget
 from agentkeel.runtime.records import MultitaskStrategy, OnDisconnect
-from agentkeel.runtime.requests import RESERVED_CONTEXT_KEYS, RequestError, RunRequest
+from agentkeel.runtime.requests import MAX_AFTER_SECONDS, RESERVED_CONTEXT_KEYS, RequestError, RunRequest
 
 Durability = Literal["sync", "async", "exit"]
 # Identity of the caller: re-stamped by the server (``RunRequest.user``), never taken from a body.
@@ -48,7 +49,7 @@ class RunCreate(BaseModel):
     multitask_strategy: MultitaskStrategy = MultitaskStrategy.enqueue
     if_not_exists: Literal["reject", "create"] = "reject"
     on_disconnect: OnDisconnect = OnDisconnect.continue_
-    after_seconds: float = Field(default=0.0, ge=0)
+    after_seconds: float = Field(default=0.0, ge=0, le=MAX_AFTER_SECONDS, allow_inf_nan=False)
     webhook: Any = None
     feedback_keys: Any = None
     langsmith_tracer: Any = None
@@ -137,6 +138,6 @@ class RunsCancel(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    thread_id: str | None = None
-    run_ids: list[str] | None = None
+    thread_id: Id | None = None
+    run_ids: list[Id] | None = None
     status: Literal["pending", "running", "all"] | None = None

@@ -8,6 +8,7 @@ leaves no run behind — DeerFlow validated after admission and leaked ``pending
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -33,6 +34,8 @@ STREAM_MODES = frozenset(
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 # Keys of the trusted runtime context; a caller can never set them.
 RESERVED_CONTEXT_KEYS = frozenset({"thread_id", "run_id", "user", "user_id", "attempt"})
+# The longest a run may wait to start: a delay beyond it is a mistake (1e300 s kept a run pending forever).
+MAX_AFTER_SECONDS = 7 * 24 * 3600.0
 
 
 RequestProblem = Literal["invalid", "not_found", "not_allowed"]
@@ -166,8 +169,8 @@ def prepare_run(request: RunRequest, harness: Harness, limits: Limits) -> Prepar
     timeout = request.timeout_s if request.timeout_s is not None else limits.run_timeout_s
     if timeout <= 0:
         raise RequestError("timeout_s", "must be positive")
-    if request.after_seconds < 0:
-        raise RequestError("after_seconds", "must not be negative")
+    if not (math.isfinite(request.after_seconds) and 0 <= request.after_seconds <= MAX_AFTER_SECONDS):
+        raise RequestError("after_seconds", f"must be between 0 and {MAX_AFTER_SECONDS:.0f} seconds (one week)")
     if request.command is not None and request.input is not None:
         raise RequestError("command", "give either input or command, not both")
     config = _run_config(request, limits)

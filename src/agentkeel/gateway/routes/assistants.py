@@ -19,6 +19,7 @@ from agentkeel.gateway.graph_schemas import (
     graph_structure,
     subgraph_schemas,
 )
+from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE
 from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.runtime.assistants import assistant_key
 from agentkeel.runtime.records import ConflictError
@@ -63,8 +64,8 @@ class AssistantCount(BaseModel):
 
 
 class AssistantSearch(AssistantCount):
-    limit: int = Field(10, ge=0)
-    offset: int = Field(0, ge=0)
+    limit: int = Field(10, ge=0, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     sort_by: SortBy = "created_at"
     sort_order: Literal["asc", "desc"] = "desc"
     select: list[str] | None = None
@@ -72,8 +73,8 @@ class AssistantSearch(AssistantCount):
 
 class VersionsQuery(BaseModel):
     metadata: dict[str, Any] | None = None
-    limit: int = Field(10, ge=0)
-    offset: int = Field(0, ge=0)
+    limit: int = Field(10, ge=0, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 class SetLatest(BaseModel):

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import BUSY_THREAD, NotFound
+from agentkeel.gateway.input_limits import MAX_OFFSET
 from agentkeel.gateway.schemas import RunCreate, RunsCancel, StatelessRunCreate
 from agentkeel.gateway.sse import event_stream, json_when_done, until_end
 from agentkeel.gateway.threads_view import thread_view
@@ -225,7 +226,7 @@ async def list_runs(
     thread_id: str,
     gw: GW,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     status: RunStatus | None = None,
     select: Annotated[list[str] | None, Query()] = None,
 ) -> list[dict[str, Any]]:
@@ -297,7 +298,7 @@ async def run_journal(
     thread_id: str,
     run_id: str,
     gw: GW,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
     kind: Annotated[list[str] | None, Query()] = None,
 ) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Response
 from langgraph.store.base import InvalidNamespaceError
 from pydantic import BaseModel, Field
 
+from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE
 from agentkeel.gateway.runtime_dep import RuntimeDep
 
 router = APIRouter()
@@ -34,8 +35,8 @@ class ItemDelete(BaseModel):
 class ItemSearch(BaseModel):
     namespace_prefix: list[str] = Field(default_factory=list)
     filter: dict[str, Any] | None = None
-    limit: int = Field(10, ge=0)
-    offset: int = Field(0, ge=0)
+    limit: int = Field(10, ge=0, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     query: str | None = None
     refresh_ttl: bool | None = None
 
@@ -44,8 +45,8 @@ class NamespaceSearch(BaseModel):
     prefix: list[str] | None = None
     suffix: list[str] | None = None
     max_depth: int | None = Field(None, ge=1)
-    limit: int = Field(100, ge=0)
-    offset: int = Field(0, ge=0)
+    limit: int = Field(100, ge=0, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 def _namespace(labels: list[str], field: str, *, allow_empty: bool = False) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Query
 from langgraph.errors import InvalidUpdateError
 from pydantic import BaseModel, Field
 
+from agentkeel.gateway.input_limits import MAX_PAGE
 from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.gateway.threads_view import (
     checkpoint_view,
@@ -53,7 +54,7 @@ class StateUpdateRequest(BaseModel):
 
 
 class HistoryQuery(BaseModel):
-    limit: int = Field(10, ge=1)
+    limit: int = Field(10, ge=1, le=MAX_PAGE)
     before: str | CheckpointRef | None = None
     metadata: dict[str, Any] | None = None
     checkpoint: CheckpointRef | None = None
@@ -127,7 +128,7 @@ async def _history(runtime: Runtime, thread_id: str, query: HistoryQuery) -> lis
 
 @router.get("/threads/{thread_id}/history")
 async def get_history(
-    thread_id: str, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1)] = 10, before: str | None = None
+    thread_id: str, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 10, before: str | None = None
 ) -> list[dict[str, Any]]:
     return await _history(runtime, thread_id, HistoryQuery(limit=limit, before=before))
 

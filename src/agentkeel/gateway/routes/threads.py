@@ -19,6 +19,7 @@ from langgraph.errors import InvalidUpdateError
 from langgraph.types import StateUpdate
 from pydantic import BaseModel, Field
 
+from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, Id
 from agentkeel.gateway.routes import thread_state, thread_stream
 from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.gateway.threads_view import (
@@ -78,9 +79,9 @@ class ThreadCount(BaseModel):
 
 
 class ThreadSearch(ThreadCount):
-    ids: list[str] | None = None
-    limit: int = Field(10, ge=0)
-    offset: int = Field(0, ge=0)
+    ids: list[Id] | None = None
+    limit: int = Field(10, ge=0, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     sort_by: Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] = "updated_at"
     sort_order: Literal["asc", "desc"] = "desc"
     select: list[str] | None = None
