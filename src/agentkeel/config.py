@@ -155,11 +155,24 @@ class GatewayConfig(_Strict):
     drain_s: Annotated[float, Field(ge=0)] = 10.0  # on SIGTERM: how long runs may finish before being interrupted
     wait_keepalive_s: Annotated[float, Field(gt=0)] = 5.0  # whitespace keep-alive interval of /wait and /join
     cors: CorsConfig = Field(default_factory=CorsConfig)
+    # Names the ``Host`` header may carry (no port; ``["*"]``: any). None: the loopback names plus
+    # the address ``keel serve --host`` binds, so a DNS-rebinding page cannot drive the API.
+    allowed_hosts: list[str] | None = None
     # Input limits (``gateway.input_limits``): a bigger body is a 413, the rest a 422 naming the field.
     max_body_bytes: Annotated[int, Field(gt=0)] = 2 * 1024 * 1024
     max_json_depth: Annotated[int, Field(ge=2, le=256)] = 32  # nesting of any JSON body
     max_messages: Annotated[int, Field(gt=0)] = 1000  # length of any ``messages`` list in a body
     max_metadata_bytes: Annotated[int, Field(gt=0)] = 64 * 1024  # a body's ``metadata``, serialized
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str] | None) -> list[str] | None:
+        for host in hosts or []:
+            bare = host.strip("[]")
+            has_port = ":" in bare and bare.count(":") == 1  # more colons: an IPv6 address
+            if not bare or has_port or "/" in bare or bare != bare.strip():
+                raise ValueError(f"{host!r} is not a host name or address (no scheme, port or path) or '*'")
+        return hosts
 
 
 DatabaseUrlField = Annotated[DatabaseUrl, PlainValidator(as_database_url), PlainSerializer(str)]

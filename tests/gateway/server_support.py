@@ -232,10 +232,11 @@ class KeelServer:
     process: subprocess.Popen[bytes]
     log: Path
     started_s: float = 0.0  # from spawn to the first answer of /ok
+    host: str = "127.0.0.1"  # the address it listens on
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -263,18 +264,20 @@ class KeelServer:
         return int(self.process.returncode)
 
 
-def start_server(config: Path, *, port: int | None = None, timeout: float = 40.0) -> KeelServer:
+def start_server(
+    config: Path, *, port: int | None = None, host: str = "127.0.0.1", timeout: float = 40.0
+) -> KeelServer:
     """Start ``python -m agentkeel.cli serve`` and return once ``/ok`` answers."""
     port = port or free_port()
     log = config.parent / f"server-{port}.log"
     env = {k: v for k, v in os.environ.items() if k not in _OVERRIDING_ENV}
     env.setdefault("PYTHONUNBUFFERED", "1")
     command = [sys.executable, "-m", "agentkeel.cli", "serve", "--config", str(config),
-               "--host", "127.0.0.1", "--port", str(port)]
+               "--host", host, "--port", str(port)]
     begin = time.monotonic()
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=config.parent)
-    server = KeelServer(config=config, port=port, process=process, log=log)
+    server = KeelServer(config=config, port=port, process=process, log=log, host=host)
     try:
         _wait_ready(server, timeout)
     except BaseException:

@@ -37,7 +37,7 @@ async def runtime(tmp_path: Path, fresh_mode: None, monkeypatch: pytest.MonkeyPa
 @pytest.fixture
 async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(runtime), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=20) as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=20) as client:
         yield client
 
 

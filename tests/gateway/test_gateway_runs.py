@@ -188,7 +188,7 @@ async def test_system_assistant_uuid_and_graph_name_both_resolve(client: httpx.A
 async def test_journal_and_changes(tmp_path: Path, fresh_mode: None) -> None:
     async with open_runtime(make_config(tmp_path, script=WRITER_SCRIPT)) as rt:
         transport = httpx.ASGITransport(app=create_app(rt))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             tid = await new_thread(rt)
             response = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "lead", "input": "write"})
             run_path = response.headers["content-location"]
@@ -221,7 +221,7 @@ async def test_trimmed_events_are_announced_by_a_gap(tmp_path: Path, fresh_mode:
     config = make_config(tmp_path, limits={"stream_retention": 2, "stream_heartbeat_s": 0.2})
     async with open_runtime(config) as rt:
         transport = httpx.ASGITransport(app=create_app(rt))
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             tid = await new_thread(rt)
             response = await http.post(f"/threads/{tid}/runs/stream",
                                        json={"assistant_id": "echo", "input": {"steps": 4}, "stream_mode": "custom"})

@@ -120,7 +120,7 @@ async def runtime(tmp_path: Path, fresh_mode: None) -> AsyncIterator[Runtime]:
 @pytest.fixture
 async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(runtime), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=20) as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=20) as http:
         yield http
 
 

@@ -37,7 +37,7 @@ async def crowded(
         await asyncio.gather(*(anext(s) for s in idle))
         transport = httpx.ASGITransport(app=create_app(rt), raise_app_exceptions=False)
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=20) as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=20) as http:
                 yield rt, http
         finally:
             await asyncio.gather(*(s.aclose() for s in idle))

@@ -122,7 +122,7 @@ class Keel:
         self._transport = transport
 
     def sdk(self) -> LangGraphClient:
-        return LangGraphClient(httpx.AsyncClient(transport=self._transport, base_url="http://keel", timeout=20))
+        return LangGraphClient(httpx.AsyncClient(transport=self._transport, base_url="http://127.0.0.1", timeout=20))
 
     async def run(self, thread_id: str, assistant_id: str = "echo", input: Any = None, **kwargs: Any) -> RunRecord:
         """Start a run and wait until it has finalized."""
@@ -170,7 +170,7 @@ def keel_factory(tmp_path: Path, db: str, request: pytest.FixtureRequest, fresh_
     async def open_keel(**overrides: Any) -> AsyncIterator[Keel]:
         async with open_runtime(make_config(tmp_path, url, **overrides)) as runtime:
             transport = httpx.ASGITransport(app=make_app(runtime))
-            async with httpx.AsyncClient(transport=transport, base_url="http://keel", timeout=20) as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=20) as http:
                 yield Keel(runtime, http, transport)
 
     return open_keel

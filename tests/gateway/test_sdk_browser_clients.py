@@ -73,7 +73,7 @@ async def test_configured_origins_decide(tmp_path: Path, origins: list[str], ori
     """Preflights are answered before routing, so the app needs no running runtime here."""
     config = KeelConfig.model_validate({"data_dir": str(tmp_path), "gateway": {"cors": {"allow_origins": origins}}})
     transport = httpx.ASGITransport(app=create_app(config))
-    async with httpx.AsyncClient(transport=transport, base_url="http://keel") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         answer = await http.options("/threads", headers=_preflight(origin))
     assert answer.headers.get("access-control-allow-origin") == allowed
     assert answer.status_code == (200 if allowed else 400)

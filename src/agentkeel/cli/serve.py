@@ -89,7 +89,7 @@ def serve_gateway(
     """Serve until a signal; 0 after a clean drain."""
     # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
-    app = create_app(config, harness=harness, worker=worker)
+    app = create_app(config, harness=harness, worker=worker, bound_host=host)
     server = GatewayServer(
         uvicorn.Config(
             app, host=host, port=port, lifespan="on", log_level=log_level,

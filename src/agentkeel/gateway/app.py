@@ -5,10 +5,12 @@ admitting, bounded wait, interrupt and finalize the rest) before closing it. ``c
 serves a runtime someone else opened and closes (tests, embedding); it is usable at once, without
 running the lifespan.
 
-Browser clients: CORS (``cors``) wraps everything, so a 4xx answer is readable cross-origin too;
-request bodies are JSON whatever their content type (``json_bodies``) and bounded in size, depth
-and content before any route runs (``input_limits``), and an unexpected failure is a JSON 500 that
-keeps the connection open (``errors.InternalErrors``, innermost, so CORS headers reach it too).
+Browser clients: the ``Host`` check (``hosts``) wraps everything, so a DNS-rebinding page is
+refused before CORS or any route sees its request. Inside it CORS (``cors``) wraps the rest, so a
+4xx answer is readable cross-origin too; request bodies are JSON whatever their content type
+(``json_bodies``) and bounded in size, depth and content before any route runs
+(``input_limits``), and an unexpected failure is a JSON 500 that keeps the connection open
+(``errors.InternalErrors``, innermost, so CORS headers reach it too).
 
 The threads, assistants and store routers come from modules written alongside this one; each is
 included when its module exists, so the app composes whatever resources are installed.
@@ -28,6 +30,7 @@ from agentkeel.config import KeelConfig
 from agentkeel.gateway.cors import install_cors
 from agentkeel.gateway.deps import Gateway, Metrics
 from agentkeel.gateway.errors import InternalErrors, install_error_handlers
+from agentkeel.gateway.hosts import HostCheck, allowed_names
 from agentkeel.gateway.input_limits import InputLimits
 from agentkeel.gateway.json_bodies import JsonBodies
 from agentkeel.gateway.routes import meta, runs
@@ -38,11 +41,14 @@ OPTIONAL_ROUTERS = ("threads", "assistants", "store")
 
 
 def create_app(
-    source: KeelConfig | Runtime, *, harness: Harness | None = None, worker: bool = True
+    source: KeelConfig | Runtime, *, harness: Harness | None = None, worker: bool = True,
+    bound_host: str | None = None,
 ) -> FastAPI:
     """The gateway over a running ``Runtime``, or over one it opens from a config (with an
     already built ``harness``, so start-up does not import graphs and load scripts twice).
-    ``worker=False``: this process serves HTTP only; ``keel worker`` processes execute the runs."""
+    ``worker=False``: this process serves HTTP only; ``keel worker`` processes execute the runs.
+    ``bound_host``: the address the server listens on, allowed in ``Host`` besides the loopback
+    names unless ``gateway.allowed_hosts`` says otherwise."""
     metrics = Metrics()
     given = Gateway(source, source.config.gateway, metrics) if isinstance(source, Runtime) else None
     config = source.config if isinstance(source, Runtime) else source
@@ -70,7 +76,8 @@ def create_app(
     app.add_middleware(InternalErrors)
     app.add_middleware(JsonBodies)
     app.add_middleware(InputLimits, config=config.gateway)
-    install_cors(app, config.gateway.cors)  # added last: outermost, so refusals get CORS headers too
+    install_cors(app, config.gateway.cors)  # outside the rest, so refusals get CORS headers too
+    app.add_middleware(HostCheck, allowed=allowed_names(config.gateway.allowed_hosts, bound_host))  # outermost
     app.include_router(meta.router)
     app.include_router(runs.router)
     for module in _installed_routers():
