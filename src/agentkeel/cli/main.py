@@ -225,7 +225,7 @@ def serve(
             f"[red]--host {host!r} would expose the API beyond this machine, and the API has no "
             "authentication: anyone who can reach the port could read every thread and run any "
             "agent. Bind a loopback address (127.0.0.1), or pass --insecure if a proxy in front "
-            "authenticates every request.[/]"
+            "authenticates every request (and list the names clients use in gateway.allowed_hosts).[/]"
         )
         raise typer.Exit(2)
     cfg, harness = _setup(config)
