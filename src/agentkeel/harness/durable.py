@@ -22,8 +22,8 @@ None of these channels is a run input: a client cannot forge a ledger or a summa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
 # pydantic describes a TypedDict only from typing_extensions on Python < 3.12 (the gateway's state
 # schema of every agent graph holds these channels).
@@ -31,6 +31,8 @@ from typing_extensions import TypedDict
 
 DelegationStatus = Literal["in_progress", "completed", "failed", "cancelled", "timed_out", "capped"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out", "capped"})
+
+E = TypeVar("E")
 
 LEDGER_CAP = 50
 """Delegations kept per thread (the oldest first-seen entry goes first)."""
@@ -96,6 +98,20 @@ def _items(update: Any) -> list[Any]:
     return list(update)
 
 
+def _batch(writes: Sequence[Any]) -> Iterator[Any]:
+    """The items of a batch of channel writes, in order (each write one item or a list)."""
+    for write in writes:
+        yield from _items(write)
+
+
+def _fold(step: Callable[[list[E], E], list[E]], current: Sequence[E] | None, items: Iterable[Any]) -> list[E]:
+    """``step`` folded over ``items`` from ``current``: the one shape of every list reducer here."""
+    entries = list(current or [])
+    for item in items:
+        entries = step(entries, item)
+    return entries
+
+
 # -- delegations ---------------------------------------------------------------------------
 
 _KEPT_FROM_FIRST = ("run_id", "created_at", "message_id")
@@ -124,18 +140,12 @@ def _delegation_step(entries: list[DelegationEntry], update: DelegationEntry) ->
 def merge_delegations(current: Sequence[DelegationEntry] | None, update: Any) -> list[DelegationEntry]:
     """Upsert ``update`` (one entry or a list) into the ledger, entry by entry; see the module
     docstring for why this is a fold."""
-    entries = list(current or [])
-    for item in _items(update):
-        entries = _delegation_step(entries, item)
-    return entries
+    return _fold(_delegation_step, current, _items(update))
 
 
 def delegations_delta(current: Sequence[DelegationEntry] | None, writes: Sequence[Any]) -> list[DelegationEntry]:
     """:func:`merge_delegations` over a batch of channel writes (the ``DeltaChannel`` signature)."""
-    entries = list(current or [])
-    for write in writes:
-        entries = merge_delegations(entries, write)
-    return entries
+    return _fold(_delegation_step, current, _batch(writes))
 
 
 def closing_updates(
@@ -165,18 +175,12 @@ def _skill_step(entries: list[SkillEntry], update: SkillEntry) -> list[SkillEntr
 
 def merge_skills(current: Sequence[SkillEntry] | None, update: Any) -> list[SkillEntry]:
     """Add the read skill(s) in ``update``: one entry per name, the most recent read last."""
-    entries = list(current or [])
-    for item in _items(update):
-        entries = _skill_step(entries, item)
-    return entries
+    return _fold(_skill_step, current, _items(update))
 
 
 def skills_delta(current: Sequence[SkillEntry] | None, writes: Sequence[Any]) -> list[SkillEntry]:
     """:func:`merge_skills` over a batch of channel writes (the ``DeltaChannel`` signature)."""
-    entries = list(current or [])
-    for write in writes:
-        entries = merge_skills(entries, write)
-    return entries
+    return _fold(_skill_step, current, _batch(writes))
 
 
 # -- compaction and the original request ------------------------------------------------------
