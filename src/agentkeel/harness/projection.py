@@ -23,7 +23,7 @@ provider's prompt cache keeps working.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -69,25 +69,34 @@ def _tool_call_ids(messages: Sequence[BaseMessage]) -> set[str]:
     }
 
 
+def _within(parts: Sequence[str], budget: int, per_part: int, omitted: Callable[[int], str]) -> list[str]:
+    """The leading ``parts`` that fit ``budget`` characters (each costing ``per_part`` more, its
+    separator), then ``omitted(count)`` for the rest when some do not fit."""
+    kept: list[str] = []
+    used = 0
+    for part in parts:
+        if used + len(part) > budget:
+            return [*kept, omitted(len(parts) - len(kept))]
+        kept.append(part)
+        used += len(part) + per_part
+    return kept
+
+
+def _ledger_line(entry: DelegationEntry) -> str:
+    brief = entry.get("result_brief") or entry.get("stop_reason") or ""
+    return neutralize(
+        f"- [{entry.get('status', 'in_progress')}] {entry.get('description', '')} "
+        f"(via {entry.get('subagent_type', 'general-purpose')}; task {entry.get('id')})"
+        + (f" -> {bounded(brief, BRIEF_CHARS)}" if brief else "")
+    )
+
+
 def _ledger(entries: Sequence[DelegationEntry], visible_calls: set[str]) -> str | None:
     hidden = [e for e in entries if e.get("id") not in visible_calls]
     if not hidden:
         return None
-    lines: list[str] = []
-    used = 0
-    for entry in reversed(hidden):  # newest first
-        brief = entry.get("result_brief") or entry.get("stop_reason") or ""
-        line = (
-            f"- [{entry.get('status', 'in_progress')}] {entry.get('description', '')} "
-            f"(via {entry.get('subagent_type', 'general-purpose')}; task {entry.get('id')})"
-            + (f" -> {bounded(brief, BRIEF_CHARS)}" if brief else "")
-        )
-        line = neutralize(line)
-        if used + len(line) > LEDGER_CHARS:
-            lines.append(f"- ... {len(hidden) - len(lines)} older delegations omitted")
-            break
-        lines.append(line)
-        used += len(line) + 1
+    lines = _within([_ledger_line(e) for e in reversed(hidden)], LEDGER_CHARS, 1,  # newest first
+                    lambda n: f"- ... {n} older delegations omitted")
     return "## Work already delegated (newest first)\n" + "\n".join(lines)
 
 
@@ -95,16 +104,11 @@ def _skills(entries: Sequence[SkillEntry], visible: set[str]) -> str | None:
     hidden = [e for e in entries if e.get("message_id") not in visible]
     if not hidden:
         return None
-    parts: list[str] = []
-    used = 0
-    for entry in reversed(hidden):  # the most recently read first
-        body = bounded(str(entry.get("body") or ""), SKILL_CHARS)
-        part = neutralize(f"### {entry.get('name')} ({entry.get('path')})\n{body}")
-        if used + len(part) > SKILLS_CHARS:
-            parts.append(f"(... {len(hidden) - len(parts)} more skills; read their SKILL.md again to use them)")
-            break
-        parts.append(part)
-        used += len(part)
+    parts = [  # the most recently read first
+        neutralize(f"### {e.get('name')} ({e.get('path')})\n{bounded(str(e.get('body') or ''), SKILL_CHARS)}")
+        for e in reversed(hidden)
+    ]
+    parts = _within(parts, SKILLS_CHARS, 0, lambda n: f"(... {n} more skills; read their SKILL.md again to use them)")
     return "## Skills you loaded (their instructions still apply)\n" + "\n\n".join(parts)
 
 
