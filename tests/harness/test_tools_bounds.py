@@ -35,16 +35,6 @@ T = TypeVar("T")
 CATASTROPHIC = r"(a+)+$"  # exponential for a backtracking engine on 'aaa…ab'
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace.for_thread(tmp_path / "data", "t1")
-
-
-@pytest.fixture
-def ctx(ws: Workspace) -> RunContext:
-    return RunContext(thread_id="t1", run_id="r1", workspace_root=ws.root)
-
-
 async def with_loop_gaps(work: Awaitable[T]) -> tuple[T, float]:
     """``work``'s result and the longest the event loop went without running a 10 ms ticker."""
     gaps: list[float] = []

@@ -25,16 +25,6 @@ GIB = 1 << 30
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace.for_thread(tmp_path / "data", "t1")
-
-
-@pytest.fixture
-def ctx(ws: Workspace) -> RunContext:
-    return RunContext(thread_id="t1", run_id="r1", workspace_root=ws.root)
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     target = tmp_path / "outside.txt"
     target.write_text("host file\n")
