@@ -209,9 +209,6 @@ def merge_original_request(current: OriginalRequest | None, update: OriginalRequ
     return current if current else (update or None)
 
 
-DURABLE_CHANNELS: tuple[str, ...] = ("delegations", "skills", "compaction", "original_request")
-
-
 def durable_values(state: Any) -> dict[str, Any]:
     """The durable channels of a graph state (missing ones as empty values)."""
     get = state.get if isinstance(state, dict) else (lambda k, d=None: getattr(state, k, d))
@@ -224,7 +221,6 @@ def durable_values(state: Any) -> dict[str, Any]:
 
 
 __all__ = [
-    "DURABLE_CHANNELS",
     "LEDGER_CAP",
     "SKILLS_CAP",
     "TERMINAL_STATUSES",

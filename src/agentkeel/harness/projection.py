@@ -155,9 +155,4 @@ def project(messages: Sequence[BaseMessage], durable: Mapping[str, Any]) -> list
     return [*systems, rules_message(), data, *pinned, *tail]
 
 
-def is_projected(message: BaseMessage) -> bool:
-    """Whether ``message`` was added by :func:`project` (never part of the thread)."""
-    return message.id in (RULES_ID, DATA_ID)
-
-
-__all__ = ["DATA_ID", "DURABLE_CONTEXT_NAME", "bounded", "RULES", "RULES_ID", "durable_text", "is_projected", "project", "rules_message"]
+__all__ = ["DATA_ID", "DURABLE_CONTEXT_NAME", "bounded", "RULES", "RULES_ID", "durable_text", "project", "rules_message"]
