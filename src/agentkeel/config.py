@@ -175,6 +175,61 @@ class GatewayConfig(_Strict):
         return hosts
 
 
+GENERAL_PURPOSE = "general-purpose"
+"""The subagent type that always exists (its settings may be overridden under ``subagents.types``)."""
+
+
+class SubagentTypeConfig(_Strict):
+    """One kind of subagent the ``task`` tool can start (``subagents.types``)."""
+
+    name: str
+    description: str = ""
+    system_prompt: str | None = None  # None: the built-in general-purpose prompt
+    tools: list[str] | None = None  # allow list of built-in tools; None: every enabled one
+    disallowed_tools: list[str] = Field(default_factory=lambda: ["ask_clarification"])  # applied after ``tools``
+    model: str = "inherit"  # a name from ``models``, or ``inherit`` (the delegating agent's model)
+    max_turns: Annotated[int, Field(ge=1)] = 50  # model turns, not graph steps
+    timeout_s: Annotated[float, Field(gt=0)] | None = None  # None: subagents.timeout_s
+    # How many further levels of delegation a subagent of this type may start (0: it has no
+    # ``task`` tool); bounded by the delegating agent's own remaining depth.
+    delegation_depth: Annotated[int, Field(ge=0, le=3)] = 0
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or not all(c.isalnum() or c in "-_" for c in v) or len(v) > 64:
+            raise ValueError(f"{v!r}: a type name is 1-64 letters, digits, '-' or '_'")
+        return v
+
+
+class SubagentsConfig(_Strict):
+    """Delegation: how many subagents run, where, and for how long (``subagents:``)."""
+
+    max_concurrent: Annotated[int, Field(ge=1, le=8)] = 3  # task calls run per model response
+    max_per_run: Annotated[int, Field(ge=1, le=50)] = 6  # task calls per run, counted from the ledger
+    process_capacity: Annotated[int, Field(ge=1, le=1024)] = 16  # subagents running at once per process; beyond: queued (FIFO)
+    timeout_s: Annotated[float, Field(gt=0)] = 900.0  # a subagent's wall clock, from when it starts running
+    types: list[SubagentTypeConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SubagentsConfig:
+        names = [t.name for t in self.types]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"types: duplicate subagent type name(s) {duplicates}")
+        return self
+
+    def type_names(self) -> list[str]:
+        names = [t.name for t in self.types]
+        return names if GENERAL_PURPOSE in names else [GENERAL_PURPOSE, *names]
+
+    def type(self, name: str) -> SubagentTypeConfig | None:
+        found = next((t for t in self.types if t.name == name), None)
+        if found is None and name == GENERAL_PURPOSE:
+            return SubagentTypeConfig(name=GENERAL_PURPOSE, description="A general-purpose agent for a self-contained subtask.")
+        return found
+
+
 DatabaseUrlField = Annotated[DatabaseUrl, PlainValidator(as_database_url), PlainSerializer(str)]
 
 
@@ -194,6 +249,7 @@ class KeelConfig(_Strict):
     limits: Limits = Field(default_factory=Limits)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
     # Where relative paths (scripts, graphs, data_dir, skills_dir) resolve; not a config key.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -219,6 +275,11 @@ class KeelConfig(_Strict):
         summary_model = self.limits.summarization.model
         if summary_model is not None and summary_model not in names:
             raise ValueError(f"limits.summarization.model: {summary_model!r} is not in models {names}")
+        for index, kind in enumerate(self.subagents.types):
+            if kind.model != "inherit" and kind.model not in names:
+                raise ValueError(
+                    f"subagents.types.{index}.model: {kind.model!r} is neither 'inherit' nor in models {names}"
+                )
         clash = sorted({a.assistant_id for a in self.assistants} & set(self.graphs))
         if clash:
             raise ValueError(f"graphs: name(s) {clash} clash with an assistant_id")
