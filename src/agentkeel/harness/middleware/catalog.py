@@ -101,7 +101,7 @@ def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None
 
 def build_agent_chain(
     kind: ChainKind, limits: Limits, *, strict_grammar: bool = False, extra: Sequence[Any] = (),
-    model: ModelRef | None = None,
+    model: ModelRef | None = None, delegation: Any = None,
 ) -> Chain:
     """The checked chain for one run: the guards plus ``extra`` (third-party) middleware, ordered
     by their contracts. ``strict_grammar`` makes every member attribute grammar violations."""
