@@ -78,12 +78,13 @@ class TaskEventSink:
 
     def __init__(self, bridge: StreamBridge, active: ActiveRun) -> None:
         self._bridge = bridge
+        self._active = active
         self._run_id = active.record.run_id
         self._wanted = "custom" in active.prepared.stream_modes
         self._subgraphs = bool(active.prepared.request.stream_subgraphs)
 
     async def task_event(self, namespace: str, payload: dict[str, Any]) -> None:
-        if not self._wanted:
+        if not self._wanted or self._active.fenced:
             return
         name = f"custom|{namespace}" if self._subgraphs and namespace else "custom"
         await self._bridge.publish(self._run_id, name, to_jsonable(payload, {}))

@@ -262,6 +262,8 @@ async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: Base
 
 
 async def _emit_stop_reason(deps: WorkerDeps, active: ActiveRun, state: _RunState, entry: dict[str, Any]) -> None:
+    if active.fenced:  # this attempt lost the run: what it still records is nobody's to see
+        return
     if state.journal:
         state.journal.record("stop_reason", entry, caller=entry.get("source"), seq=entry["seq"])
     await _publish(deps, active, "stop_reason", entry)
