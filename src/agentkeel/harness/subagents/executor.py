@@ -114,7 +114,11 @@ class SubagentExecutor:
                 task_id, subagent_type, description, "failed",
                 error=f"unknown subagent type {subagent_type!r}; available: {available}",
             ).message()
-        child = self.factory(spec, self.depth + 1, self)  # claims the child's model now: see step 1
+        try:
+            child = self.factory(spec, self.depth + 1, self)  # claims the child's model now: see step 1
+        except Exception as exc:  # e.g. the type's model is unusable here: a failed task, not a crash
+            return SubagentOutcome(task_id, spec.name, description, "failed",
+                                   error=f"the subagent could not be built: {type(exc).__name__}: {exc}").message()
         run = _ChildRun(self, spec, child, description, prompt, task_id, ctx, config, writer)
         return await run.execute()
 
