@@ -150,6 +150,9 @@ async def test_a_dropped_calls_content_block_goes_with_it() -> None:
     ai = only_ai(await drive.respond(ai_with(task("t1"), task("t2"), content=blocks)))
     assert [b.get("id") for b in ai.content if isinstance(b, dict) and b.get("type") == "tool_use"] == ["t1"]
     assert ids(ai.tool_calls) == ["t1"]
+    # The same for every guard that withholds all calls (a budget, a turn limit).
+    stripped = withhold(ai_with(task("t1"), task("t2"), content=blocks), "TokenBudget", "[TOKEN BUDGET EXCEEDED]")
+    assert [b.get("type") for b in stripped.content if isinstance(b, dict)] == ["text", "text"]
 
 
 async def test_the_reason_is_recorded_once_and_every_drop_is_journaled() -> None:
