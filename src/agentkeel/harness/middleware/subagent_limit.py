@@ -9,16 +9,17 @@ subagents for one paper). Two bounds, from ``subagents:``:
   the delegation ledger (the ``delegations`` channel): its entries of this run, or every entry when
   there is no run context (the stricter choice). Compaction takes messages out of what the model
   is sent, never entries out of the ledger, so it cannot reset the count; and the ledger keeps the
-  newest :data:`~agentkeel.harness.durable.LEDGER_CAP` entries, at least ``max_per_run``, so a run's
-  own entries are all there.
+  newest :data:`~agentkeel.harness.durable.LEDGER_CAP` entries, no fewer than ``max_per_run`` can
+  be, so a run's own entries are all there.
 
 The response keeps its first ``min(max_concurrent, max_per_run - made)`` task calls (by position;
 every other tool call stays); the rest are withheld before they run (:func:`withhold` with
 ``keep``: same message id, raw provider fields and content blocks of the dropped calls gone,
 ``finish_reason`` still ``tool_calls`` while calls remain). Which calls and why goes into the
-message text as a bracketed note, not into the next request: the note lives on the message that
-made the calls, so the thread never holds a call without its result, and it is still there on
-every later turn. When no call remains the response is the final answer. ``subagent_limit_capped``
+message text as a bracketed note: the dropped calls are gone from the message, so no result is
+owed for them (no dangling call id), and the note stays on the message for every later turn, where
+a hint in the next request would be seen once. When no call remains the response ends the run like
+any stripped response (TerminalResponse asks once for the final answer). ``subagent_limit_capped``
 is recorded once per run — also when a response is only cut down to the remaining budget (DeerFlow
 dropped those silently) — and an ``intervention`` every time calls are dropped.
 
