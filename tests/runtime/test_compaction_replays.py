@@ -16,13 +16,11 @@ store, journal and checkpointer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
 from runtime_support import (
     LIGHT_MATRIX,
     Keel,
@@ -37,7 +35,6 @@ from runtime_support import (
     workspace,
 )
 
-import agentkeel.harness.agents as agents_module
 from agentkeel.harness.durable import durable_values
 from agentkeel.harness.projection import DATA_ID
 from agentkeel.harness.scripted.model import ScriptedChatModel
@@ -254,22 +251,12 @@ ORIGINAL = "Compile the EU energy report (ORIGINAL-REQUEST-MARKER)."
 TASK = "Research EU gas storage levels (LEDGER-MARKER)"
 
 
-@tool
-def task(description: str, subagent_type: str = "general-purpose") -> str:
-    """Delegate a task to a subagent (a test stand-in: it answers at once)."""
-    return f"Subagent {subagent_type} finished: {description}"
-
-
-@pytest.fixture
-def task_tool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every agent built in this test also gets the stand-in ``task`` tool."""
-    build = agents_module.build_tools
-    monkeypatch.setattr(agents_module, "build_tools", lambda *a, **k: [*build(*a, **k), task])
-    yield
+CHILD = [turn("Research done: storage is at 90%.")]
+"""The general-purpose subagent the first run delegates to: it answers at once."""
 
 
 FIRST_RUN = [
-    turn("Delegating the research.", call("task", "c-task", description=TASK, subagent_type="general-purpose")),
+    turn("Delegating the research.", call("task", "c-task", description=TASK, prompt="Find the storage levels.", subagent_type="general-purpose")),
     turn("Reading the house style.", call("read_file", "c-skill", path="/skills/report-style/SKILL.md")),
     *note_turns(10),
     turn("Part one done."),
@@ -290,7 +277,7 @@ async def durable_run(keel: Keel, sent: list[tuple[str, list[BaseMessage]]], mod
     skill.parent.mkdir(parents=True)
     skill.write_text(SKILL)
     config = keel.config(
-        {"first": {"lead": FIRST_RUN, "summarization": SUMMARIES},
+        {"first": {"lead": FIRST_RUN, "summarization": SUMMARIES, "general-purpose": CHILD},
          "second": {"lead": SECOND_RUN, "summarization": SUMMARIES}},
         limits=limits({"trigger_messages": 16}, 6), skills_dir=str(root / "skills"), **isolated(keel, mode, root),
     )
@@ -318,7 +305,6 @@ async def durable_run(keel: Keel, sent: list[tuple[str, list[BaseMessage]]], mod
     return comparable(values, [one.run_id, two.run_id])
 
 
-@pytest.mark.usefixtures("task_tool")
 async def test_ledger_skills_and_original_request_survive_compaction_in_full_and_delta_mode(
     keel: Keel, sent: list[tuple[str, list[BaseMessage]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,7 +28,18 @@ from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavaila
 from agentkeel.harness.scripted import ScriptedChatModel
 from agentkeel.harness.skills import Skill, load_skills, skills_prompt
 from agentkeel.harness.state import agent_state_schema
-from agentkeel.harness.tools import build_tools
+from agentkeel.harness.subagents import (
+    MAX_DEPTH,
+    TASK_TOOL,
+    Capacity,
+    ChildAgent,
+    SubagentExecutor,
+    SubagentType,
+    resolve_types,
+    task_tool,
+)
+from agentkeel.harness.tools import WORKSPACE_TOOL_NAMES, build_tools
+from agentkeel.limits import TurnLimits
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful agent working in the directory /workspace. Deliverables go to "
@@ -72,6 +83,12 @@ class Harness:
             ]
             for i, a in enumerate(config.assistants)
         }
+        # Subagent types are checked now too (an unknown tool name is a start-up error), and the
+        # process's subagent capacity is shared by every run this harness builds.
+        self.subagent_types: dict[str, SubagentType] = resolve_types(
+            config.subagents, [t for t in WORKSPACE_TOOL_NAMES if config.tools.bash or t != "bash"]
+        )
+        self.subagent_capacity = Capacity(config.subagents.process_capacity)
         # Build every assistant's chain once now: a chain that breaks a contract stops start-up.
         for assistant in config.assistants:
             self.chain(self.resolve(assistant.assistant_id))
@@ -100,13 +117,18 @@ class Harness:
         if resolved.kind != "agent" or resolved.model_name is None:
             raise ValueError(f"{resolved.assistant_id!r} is a user graph; it has no middleware chain")
         limits = self._config.limits
+        assistant = self._config.assistant(resolved.assistant_id)
         return build_agent_chain(
             "lead",
             limits,
-            strict_grammar=limits.request_grammar.mode == "strict" or self.models.strict(resolved.model_name),
+            strict_grammar=self._strict(resolved.model_name),
             extra=[factory() for factory in self._extra_middleware.get(resolved.assistant_id, [])],
             model=self.model_ref(resolved.model_name),
+            delegation=self._config.subagents if assistant is not None and _delegates(assistant.tools) else None,
         )
+
+    def _strict(self, model_name: str) -> bool:
+        return self._config.limits.request_grammar.mode == "strict" or self.models.strict(model_name)
 
     def model_ref(self, name: str) -> ModelRef:
         """What the retry layer needs to know of a configured model: its names for error messages,
@@ -130,31 +152,95 @@ class Harness:
             return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
         assistant = self._config.assistant(resolved.assistant_id)
         assert assistant is not None and resolved.model_name is not None
-        tools = build_tools(bash_enabled=self._config.tools.bash, names=assistant.tools)
+        tools = build_tools(bash_enabled=self._config.tools.bash, names=_without_task(assistant.tools))
         metadata = config.get("metadata") or {}
+        run_key = metadata.get("run_id")
         model = StateOnlyModel() if state_only else self.models.build(
-            resolved.model_name, run_key=metadata.get("run_id"),
+            resolved.model_name, run_key=run_key,
             turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
         )
         chain = chain or self.chain(resolved)
-        summarizers = [m for m in chain.middlewares if isinstance(m, Summarization)]
-        if summarizers and not state_only:
-            name = self._config.limits.summarization.model or resolved.model_name
-            summary_model = self.summary_model(name, resolved.model_name, model, metadata.get("run_id"))
-            for member in summarizers:
-                member.bind_model(summary_model, name, self.models.call_timeout_s(name))
-        prompt = assistant.system_prompt or DEFAULT_SYSTEM_PROMPT
-        if self._skills_section and any(tool.name == "read_file" for tool in tools):
-            prompt = f"{prompt}\n\n{self._skills_section}"  # an agent that cannot read them is not told
+        if not state_only:
+            self._bind_summarizers(chain, resolved.model_name, model, run_key)
+        if _delegates(assistant.tools):
+            tools.append(self._task_tool(resolved.model_name, model, run_key, depth=0))
         return create_agent(
             model,
             tools,
-            system_prompt=prompt,
+            system_prompt=self._prompt(assistant.system_prompt or DEFAULT_SYSTEM_PROMPT, tools),
             middleware=chain.for_agent(),
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,
         )
+
+    def _prompt(self, prompt: str, tools: list[Any]) -> str:
+        if self._skills_section and any(tool.name == "read_file" for tool in tools):
+            return f"{prompt}\n\n{self._skills_section}"  # an agent that cannot read them is not told
+        return prompt
+
+    def _bind_summarizers(self, chain: Chain, model_name: str, model: BaseChatModel, run_key: str | None) -> None:
+        """The summary model of each Summarization member: the one its settings name
+        (``limits.summarization`` or, for a subagent, ``subagents.summarization``), else the agent's."""
+        for member in (m for m in chain.middlewares if isinstance(m, Summarization)):
+            name = member.limits.model or model_name
+            summary_model = self.summary_model(name, model_name, model, run_key)
+            member.bind_model(summary_model, name, self.models.call_timeout_s(name))
+
+    # -- subagents -------------------------------------------------------------------------
+    def _task_tool(
+        self, model_name: str, model: BaseChatModel, run_key: str | None, depth: int, levels: int = MAX_DEPTH,
+    ) -> Any:
+        """The ``task`` tool of an agent at ``depth`` (0: the lead) calling ``model``, whose
+        children may delegate ``levels - 1`` levels further at most."""
+        settings = self._config.subagents
+
+        def build_child(spec: SubagentType, depth: int, executor: SubagentExecutor) -> ChildAgent:
+            return self._subagent(spec, depth, executor, model_name, model, run_key)
+
+        executor = SubagentExecutor(
+            self.subagent_types, build_child, self.subagent_capacity, settings.max_concurrent, depth, levels,
+        )
+        return task_tool(executor, settings.max_per_run)
+
+    def _subagent(
+        self, spec: SubagentType, depth: int, executor: SubagentExecutor, parent_model_name: str,
+        parent_model: BaseChatModel, run_key: str | None,
+    ) -> ChildAgent:
+        """A fresh child graph of type ``spec``: the same builder as the lead's, chain kind
+        ``subagent`` (so it cannot lack a mandatory guard), no checkpointer of its own (it runs
+        inside its parent's tool step), its model claimed now."""
+        name = spec.model or parent_model_name
+        model: BaseChatModel
+        if name == parent_model_name and isinstance(parent_model, ScriptedChatModel):
+            model = parent_model.for_agent(spec.name)
+        else:
+            model = self.models.build(name, run_key=run_key)
+            if isinstance(model, ScriptedChatModel):
+                model = model.for_agent(spec.name)
+        levels = min(spec.delegation_depth, executor.levels - 1)
+        delegates = TASK_TOOL in spec.tools and levels >= 1
+        limits = self._config.limits.model_copy(update={"turn_limit": TurnLimits(max_turns=spec.max_turns)})
+        chain = build_agent_chain(
+            "subagent", limits, strict_grammar=self._strict(name), model=self.model_ref(name),
+            delegation=self._config.subagents if delegates else None,
+            summarization=self._config.subagents.summarization,
+        )
+        self._bind_summarizers(chain, name, model, run_key)
+        tools = build_tools(bash_enabled=self._config.tools.bash, names=_without_task(list(spec.tools)))
+        if delegates:
+            tools.append(self._task_tool(name, model, run_key, depth, levels))
+        graph = create_agent(
+            model,
+            tools,
+            system_prompt=self._prompt(spec.system_prompt, tools),
+            middleware=chain.for_agent(),
+            state_schema=agent_state_schema("full"),
+            context_schema=RunContext,
+            name=f"subagent:{spec.name}",
+            checkpointer=False,
+        )
+        return ChildAgent(graph=graph, model_name=name)
 
     def summary_model(self, name: str, run_model_name: str, run_model: BaseChatModel, run_key: str | None) -> BaseChatModel:
         """The model that writes a run's compaction summaries: model ``name`` of the config.
@@ -167,6 +253,15 @@ class Harness:
             return run_model.for_agent(SUMMARY_AGENT)
         model = self.models.build(name, run_key=run_key)
         return model.for_agent(SUMMARY_AGENT) if isinstance(model, ScriptedChatModel) else model
+
+
+def _delegates(tools: list[str] | None) -> bool:
+    """Whether an agent with this tool list has the ``task`` tool (every tool: yes)."""
+    return tools is None or TASK_TOOL in tools
+
+
+def _without_task(tools: list[str] | None) -> list[str] | None:
+    return None if tools is None else [t for t in tools if t != TASK_TOOL]
 
 
 def _middleware_factory(label: str, ref: str, config: KeelConfig) -> Callable[[], Any]:

@@ -17,10 +17,12 @@ from agentkeel.sandbox.bwrap import BashSandbox
 
 class FileTouchRecorder(Protocol):
     """Receives "this tool call changed this workspace path" notes, for the run's change ledger
-    (``after_sha256``: the file's sha256 once the call was done, when the tool could tell)."""
+    (``after_sha256``: the file's sha256 once the call was done, when the tool could tell;
+    ``agent``: the subagent that made the call, ``subagent:<type>/<task_id>``; None for the lead)."""
 
     def touched(
-        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None
+        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None,
+        agent: str | None = None,
     ) -> None: ...
 
 
@@ -54,6 +56,17 @@ class UsageMeter(Protocol):
     @property
     def output_tokens(self) -> int: ...
 
+    def of_task(self, task_id: str) -> dict[str, int]:
+        """``{input_tokens, output_tokens, total_tokens, calls}`` of one delegated task's calls."""
+        ...
+
+
+class TaskEvents(Protocol):
+    """Receives a subagent's ``task_started`` / ``task_step`` / ``task_finished`` events;
+    ``namespace`` is the child's graph namespace (the prefix of its own stream chunks)."""
+
+    async def task_event(self, namespace: str, payload: dict[str, Any]) -> None: ...
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -86,4 +99,10 @@ class RunContext:
     # blindly (call id -> what is known of it); the worker fills it on a recovered attempt and the
     # SideEffectLedger middleware answers those calls instead of running them.
     recovered_calls: Mapping[str, str] = field(default_factory=dict)
+    # How each delegated task ended (task id -> outcome data), written by the subagent executor as
+    # each child settles; the worker closes the ledger entries of a run that stopped before their
+    # results reached it from here, partial output included.
+    delegation_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Where subagent progress events go (the run's stream); None: the graph's own custom stream.
+    task_events: TaskEvents | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -147,6 +147,11 @@ class StopReasonCollector:
         with self._lock:
             self._entries.extend(dict(e) for e in entries)
 
+    def child(self) -> StopReasonCollector:
+        """A collector for one subagent of this run: its own entries, stamped from the same
+        run-wide sequence (so the parent can append them in causal order), published nowhere."""
+        return StopReasonCollector(self._next_seq)
+
     def has(self, code: str) -> bool:
         return any(e["code"] == code for e in self._entries)
 

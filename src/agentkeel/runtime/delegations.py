@@ -12,8 +12,11 @@ channel's reducer like any other write — a terminal status already there is ne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from agentkeel.harness.durable import closing_updates, merge_delegations
-from agentkeel.harness.middleware.durable_context import result_updates
+from agentkeel.harness.middleware.durable_context import outcome_update, result_updates
 from agentkeel.runtime.checkpoints import StateAccessor
 from agentkeel.runtime.records import RunStatus
 
@@ -28,9 +31,16 @@ _CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
 }
 
 
-async def close_run_delegations(accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus) -> int:
+async def close_run_delegations(
+    accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus,
+    outcomes: Mapping[str, dict[str, Any]] | None = None,
+) -> int:
     """Settle the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
-    returns how many were updated (usually 0: a delegation reports before the model goes on)."""
+    returns how many were updated (usually 0: a delegation reports before the model goes on).
+
+    ``outcomes``: how each delegated task ended as its subagent settled (task id -> outcome
+    data), for the tasks whose result never reached the thread — a run cancelled while its
+    children ran still records each child's status and partial result."""
     if status not in _CLOSED_AS:
         return 0
     snapshot = await accessor.aget(thread_id)
@@ -40,6 +50,9 @@ async def close_run_delegations(accessor: StateAccessor, thread_id: str, run_id:
     values = snapshot.values or {}
     ledger = values.get("delegations") or []
     found = result_updates(values.get("messages") or [], ledger)
+    reported = {u.get("id") for u in found}
+    found += [outcome_update(task_id, data) for task_id, data in (outcomes or {}).items()
+              if task_id not in reported and any(e.get("id") == task_id and e.get("status") == "in_progress" for e in ledger)]
     updates = [*found, *closing_updates(merge_delegations(ledger, found), reason=reason, run_id=run_id, status=closed_as)]
     if updates:
         await accessor.amutate(thread_id, {"delegations": updates}, label=CLOSE_NODE, metadata={"run_id": run_id})

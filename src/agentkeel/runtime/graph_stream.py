@@ -70,9 +70,29 @@ async def _chunks(
         yield "events", event
 
 
+class TaskEventSink:
+    """Where a run's subagent progress goes: ``custom`` events of the run's stream, as LangGraph
+    names them — ``custom|<namespace>`` when the run streams subgraphs (the child's own chunks carry
+    the same namespace, so a client groups them), plain ``custom`` otherwise — and only when the
+    run asked for the ``custom`` mode, like any other custom chunk."""
+
+    def __init__(self, bridge: StreamBridge, active: ActiveRun) -> None:
+        self._bridge = bridge
+        self._active = active
+        self._run_id = active.record.run_id
+        self._wanted = "custom" in active.prepared.stream_modes
+        self._subgraphs = bool(active.prepared.request.stream_subgraphs)
+
+    async def task_event(self, namespace: str, payload: dict[str, Any]) -> None:
+        if not self._wanted or self._active.fenced:
+            return
+        name = f"custom|{namespace}" if self._subgraphs and namespace else "custom"
+        await self._bridge.publish(self._run_id, name, to_jsonable(payload, {}))
+
+
 def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:
     namespace, mode, chunk = item if len(item) == 3 else ((), *item)
     return (mode if not namespace else f"{mode}|{'|'.join(namespace)}"), chunk
 
 
-__all__ = ["stream_graph"]
+__all__ = ["TaskEventSink", "stream_graph"]

@@ -33,6 +33,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 from langgraph.errors import GraphInterrupt
 
+from agentkeel.harness.middleware.keys import TASK_ID_METADATA
 from agentkeel.harness.provider_errors import classify
 from agentkeel.harness.token_estimate import approx_tokens, messages_tokens
 from agentkeel.runtime.journal import Journal
@@ -61,6 +62,7 @@ class _Started:
     name: str  # model name hint (chat models) or tool name
     call_id: str | None = None
     request_tokens: int = 0  # estimated tokens of a model request, used when the provider reports none
+    task_id: str | None = None  # the delegated task a subagent's call serves
 
 
 class JournalCallbackHandler(BaseCallbackHandler):
@@ -110,8 +112,10 @@ class JournalCallbackHandler(BaseCallbackHandler):
     ) -> None:
         params = kwargs.get("invocation_params") or {}
         hint = (metadata or {}).get("ls_model_name") or params.get("model") or params.get("model_name")
+        task_id = (metadata or {}).get(TASK_ID_METADATA)
         self._models[run_id] = _Started(
-            time.monotonic(), caller_from_tags(tags), str(hint or ""), request_tokens=request_tokens
+            time.monotonic(), caller_from_tags(tags), str(hint or ""), request_tokens=request_tokens,
+            task_id=task_id if isinstance(task_id, str) else None,
         )
 
     @_guarded
@@ -152,7 +156,8 @@ class JournalCallbackHandler(BaseCallbackHandler):
             },
             caller=caller,
         )
-        self._usage.add(caller, model, tokens_in, tokens_out, source_id=str(run_id))
+        self._usage.add(caller, model, tokens_in, tokens_out, source_id=str(run_id),
+                        task_id=started.task_id if started else None)
 
     @_guarded
     def on_llm_error(

@@ -278,6 +278,7 @@ class _Touch:
     tool_call_id: str | None
     tool_name: str
     after_sha256: str | None
+    agent: str = "lead"  # or subagent:<type>/<task_id>
 
 
 class ChangeTracker:
@@ -291,13 +292,14 @@ class ChangeTracker:
         self._touches: dict[str, list[_Touch]] = {}
 
     def touched(
-        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None
+        self, virtual_path: str, tool_call_id: str | None, tool_name: str, after_sha256: str | None = None,
+        agent: str | None = None,
     ) -> None:
         rel = to_relpath(virtual_path)
         if rel is None:
             log.debug("change tracker: ignoring path outside the workspace: %s", virtual_path)
             return
-        touch = _Touch(tool_call_id, tool_name, after_sha256)
+        touch = _Touch(tool_call_id, tool_name, after_sha256, agent or "lead")
         with self._lock:
             steps = self._touches.setdefault(rel, [])
             if steps and (steps[-1].tool_call_id, steps[-1].tool_name) == (tool_call_id, tool_name):
@@ -325,12 +327,13 @@ class ChangeTracker:
                 steps.append({
                     "tool_call_id": call_id,
                     "tool_name": touch.tool_name,
+                    "agent": touch.agent,
                     "tool_seq": seq_of_tool_call(call_id) if call_id else None,
                     "before_sha256": before,
                     "after_sha256": touch.after_sha256,
                 })
                 before = touch.after_sha256
-            last = steps[-1] if steps else {"tool_call_id": None, "tool_name": None, "tool_seq": None}
+            last = steps[-1] if steps else {"tool_call_id": None, "tool_name": None, "tool_seq": None, "agent": None}
             records.append(
                 {
                     "path": to_virtual(diff.path),
@@ -340,6 +343,7 @@ class ChangeTracker:
                     "tool_call_id": last["tool_call_id"],
                     "tool_name": last["tool_name"],
                     "tool_seq": last["tool_seq"],
+                    "agent": last["agent"],
                     "steps": steps,
                 }
             )

@@ -68,6 +68,7 @@ class UsageAccumulator:
         self._by_class = {name: _Tally() for name in CALLER_CLASSES}
         self._by_agent: dict[str, _Tally] = {}
         self._by_model: dict[str, _Tally] = {}
+        self._by_task: dict[str, _Tally] = {}
 
     def add(
         self,
@@ -76,8 +77,10 @@ class UsageAccumulator:
         input_tokens: int | None,
         output_tokens: int | None,
         source_id: str | None = None,
+        task_id: str | None = None,
     ) -> bool:
-        """Count one model call; False if ``source_id`` was already counted."""
+        """Count one model call; False if ``source_id`` was already counted. ``task_id``: the
+        delegated task whose subagent made the call (counted on its own too, for its outcome)."""
         tokens_in, tokens_out = max(int(input_tokens or 0), 0), max(int(output_tokens or 0), 0)
         with self._lock:
             if source_id is not None:
@@ -89,9 +92,15 @@ class UsageAccumulator:
                 self._by_class[caller_class(caller)],
                 self._by_agent.setdefault(caller, _Tally()),
                 self._by_model.setdefault(model or "unknown", _Tally()),
+                *([self._by_task.setdefault(task_id, _Tally())] if task_id else []),
             ):
                 tally.add(tokens_in, tokens_out)
             return True
+
+    def of_task(self, task_id: str) -> dict[str, int]:
+        """The calls of one delegated task's subagent (zeros when it made none)."""
+        with self._lock:
+            return (self._by_task.get(task_id) or _Tally()).as_dict()
 
     @property
     def input_tokens(self) -> int:

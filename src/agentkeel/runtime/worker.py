@@ -50,7 +50,7 @@ from agentkeel.runtime.checkpoints import (
     restore_rollback_point,
 )
 from agentkeel.runtime.delegations import close_run_delegations
-from agentkeel.runtime.graph_stream import stream_graph
+from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
@@ -110,6 +110,8 @@ class _RunState:
     started: bool = False
     cancelled: bool = False
     collector: StopReasonCollector | None = None
+    # How each delegated task ended, written by the subagent executor (see RunContext).
+    delegation_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
@@ -233,6 +235,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         journal=state.journal,
         usage=state.usage,
         recovered_calls=recovered,
+        delegation_outcomes=state.delegation_outcomes,
+        task_events=TaskEventSink(deps.bridge, active),
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input
@@ -258,6 +262,8 @@ async def _fail(deps: WorkerDeps, active: ActiveRun, state: _RunState, exc: Base
 
 
 async def _emit_stop_reason(deps: WorkerDeps, active: ActiveRun, state: _RunState, entry: dict[str, Any]) -> None:
+    if active.fenced:  # this attempt lost the run: what it still records is nobody's to see
+        return
     if state.journal:
         state.journal.record("stop_reason", entry, caller=entry.get("source"), seq=entry["seq"])
     await _publish(deps, active, "stop_reason", entry)
@@ -305,7 +311,7 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         await _record_cancellation(active, state, rolled_back)
     if state.started and state.accessor is not None and not rolled_back:
         await _step("close delegations", active, close_run_delegations(
-            state.accessor, record.thread_id, run_id, state.status), bound)
+            state.accessor, record.thread_id, run_id, state.status, state.delegation_outcomes), bound)
     finished = await _persist(deps, active, state, rolled_back)
     if finished is None:  # fenced out or the lease was lost: the record belongs to someone else
         if journal is not None:

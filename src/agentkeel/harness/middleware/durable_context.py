@@ -138,11 +138,18 @@ def subagent_result(message: ToolMessage) -> dict[str, Any] | None:
 
 def result_update(message: ToolMessage) -> DelegationEntry:
     """The ledger update a ``task`` result makes; without metadata, its status decides."""
-    meta = subagent_result(message) or {}
+    return outcome_update(
+        message.tool_call_id, subagent_result(message) or {}, "failed" if message.status == "error" else "completed"
+    )
+
+
+def outcome_update(task_id: str, meta: dict[str, Any], fallback: str = "failed") -> DelegationEntry:
+    """The ledger update of a task's outcome data (:data:`SUBAGENT_RESULT`); ``fallback``: the
+    status when the data names no terminal one."""
     status = meta.get("status")
     if status not in TERMINAL_STATUSES:
-        status = "failed" if message.status == "error" else "completed"
-    update: DelegationEntry = {"id": message.tool_call_id, "status": status}
+        status = fallback
+    update: DelegationEntry = {"id": task_id, "status": status}
     stop_reason, brief, sha = meta.get("stop_reason"), meta.get("brief"), meta.get("sha256")
     if isinstance(stop_reason, str) and stop_reason:
         update["stop_reason"] = stop_reason
@@ -289,6 +296,7 @@ __all__ = [
     "TASK_TOOL",
     "DurableContext",
     "first_request",
+    "outcome_update",
     "projected",
     "result_update",
     "result_updates",

@@ -21,6 +21,11 @@ result, ``sha256`` the digest of the whole result. The delegation ledger reads o
 result's text."""
 
 
+TASK_ID_METADATA = "agentkeel_task_id"
+"""Run-config metadata key of a subagent's graph: the ``task`` call id it serves, so the runtime
+counts each child's tokens on their own (``UsageMeter.of_task``)."""
+
+
 def fingerprint(text: str) -> str:
     """A short stable digest of a tool result's whole text, for "the same output again" comparisons.
 
@@ -28,4 +33,4 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-__all__ = ["READ_MARK", "SUBAGENT_RESULT", "TOOL_META", "fingerprint"]
+__all__ = ["READ_MARK", "SUBAGENT_RESULT", "TASK_ID_METADATA", "TOOL_META", "fingerprint"]
