@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from agentkeel.database import Database, DatabasePool, DatabaseUrl, as_database_url
-from agentkeel.limits import Limits
+from agentkeel.limits import Limits, SubagentSummarizationLimits
 from agentkeel.sandbox.bwrap import BashSandbox, find_bwrap
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,8 @@ class SubagentsConfig(_Strict):
     process_capacity: Annotated[int, Field(ge=1, le=1024)] = 16  # subagents running at once per process; beyond: queued (FIFO)
     timeout_s: Annotated[float, Field(gt=0)] = 900.0  # a subagent's wall clock, from when it starts running
     types: list[SubagentTypeConfig] = Field(default_factory=list)
+    # A subagent's compaction when ``limits.summarization`` is off (always on: it is mandatory).
+    summarization: SubagentSummarizationLimits = Field(default_factory=SubagentSummarizationLimits)
 
     @model_validator(mode="after")
     def _unique(self) -> SubagentsConfig:
@@ -272,9 +274,9 @@ class KeelConfig(_Strict):
                 raise ValueError(
                     f"assistants.{index}.model: {assistant.model!r} is not in models {names}"
                 )
-        summary_model = self.limits.summarization.model
-        if summary_model is not None and summary_model not in names:
-            raise ValueError(f"limits.summarization.model: {summary_model!r} is not in models {names}")
+        for key, summarization in (("limits", self.limits.summarization), ("subagents", self.subagents.summarization)):
+            if summarization.model is not None and summarization.model not in names:
+                raise ValueError(f"{key}.summarization.model: {summarization.model!r} is not in models {names}")
         for index, kind in enumerate(self.subagents.types):
             if kind.model != "inherit" and kind.model not in names:
                 raise ValueError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -156,6 +156,26 @@ class SummarizationLimits(_Strict):
         if self.trigger_messages is not None and self.keep_messages >= self.trigger_messages:
             raise ValueError("keep_messages must be < trigger_messages, or every turn would compact")
         return self
+
+
+class SubagentSummarizationLimits(SummarizationLimits):
+    """Compaction of a subagent's thread (``subagents.summarization``), used when
+    ``limits.summarization`` is off. On by default and it cannot be turned off: summarization is
+    mandatory for subagent chains (DeerFlow's subagents ran out of context window with no
+    compaction), so a deployment that wants less of it raises the trigger instead."""
+
+    enabled: bool = True
+    trigger_tokens: Annotated[int, Field(ge=100)] | None = 64_000
+
+    @field_validator("enabled")
+    @classmethod
+    def _mandatory(cls, enabled: bool) -> bool:
+        if not enabled:
+            raise ValueError(
+                "summarization is mandatory for subagents and cannot be disabled; raise "
+                "subagents.summarization.trigger_tokens instead"
+            )
+        return enabled
 
 
 class Limits(_Strict):

@@ -32,7 +32,11 @@ def test_removing_durable_context_fails_the_build(kind: Any) -> None:
     members = [m for m in guard_members(kind, Limits()) if m.name != "DurableContext"]
     with pytest.raises(ChainError) as info:
         build_chain(kind, members, catalog=CATALOG, derive=True)
-    # Coalescing's requirement has no provider left (rule 1 is checked while deriving the order).
+    # The missing member is named first (membership is checked before the order is derived) …
+    assert info.value.rule == 4 and "DurableContext is mandatory" in str(info.value)
+    # … and without the membership rule, coalescing's requirement has no provider left.
+    with pytest.raises(ChainError) as info:
+        build_chain(kind, members, derive=True)
     assert info.value.rule == 1 and "system_authority_message" in str(info.value)
 
 
@@ -60,8 +64,10 @@ def test_default_chains_hold_both_in_a_valid_order(kind: Any) -> None:
     for guard in ("TerminalResponse", "LoopDetection", "TokenBudget", "TurnLimit", "SafetyFinishReason",
                   "ModelLengthFinishReason", "ToolCallArguments"):
         assert model.index("DurableContext") < model.index(guard)
+    # No graph node of its own, per turn or per run (a subagent's compaction is one: Summarization).
     axes = chain.manifest()["axes"]
-    assert set(axes) == {"model", "tool"}  # no graph node of its own, per turn or per run
+    assert {a: axes[a]["execution_order"] for a in set(axes) - {"model", "tool"}} == (
+        {"before_model": ["Summarization"]} if kind == "subagent" else {})
 
 
 # -- coalescing itself -----------------------------------------------------------------------

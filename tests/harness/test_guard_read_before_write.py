@@ -423,7 +423,7 @@ def test_contract_matches_hooks_and_builds() -> None:
     mw = ReadBeforeWrite()
     assert implemented_axes(mw) == ["tool"]
     assert set(ReadBeforeWrite.contract.axes) == {"tool"}
-    assert ReadBeforeWrite.contract.mandatory_for == frozenset()
+    assert ReadBeforeWrite.contract.mandatory_for == frozenset({"subagent"})
     build_chain("lead", [mw])
     build_chain("subagent", [ReadBeforeWrite()])
 

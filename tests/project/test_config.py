@@ -69,3 +69,16 @@ def test_lead_uses_the_first_model_and_graph_names_must_not_clash(tmp_path: Path
     assert lead is not None and config.default_model_for(lead) == "a"
     with pytest.raises(ValueError, match="clash"):
         KeelConfig(graphs={"lead": "./g.py:graph"}, base_dir=tmp_path)
+
+
+def test_subagent_summarization_is_on_by_default_and_cannot_be_turned_off(tmp_path: Path) -> None:
+    summarization = load_config(None, env={}).subagents.summarization
+    assert (summarization.enabled, summarization.trigger_tokens, summarization.keep_messages) == (True, 64_000, 20)
+    raised = load_config(_write(tmp_path, "subagents: {summarization: {trigger_tokens: 120000}}\n"), env={})
+    assert raised.subagents.summarization.enabled and raised.subagents.summarization.trigger_tokens == 120_000
+    path = _write(tmp_path, "subagents: {summarization: {enabled: false}}\n")
+    with pytest.raises(ConfigError, match=r"subagents\.summarization\.enabled: summarization is mandatory for "
+                       r"subagents .*raise subagents\.summarization\.trigger_tokens instead"):
+        load_config(path, env={})
+    with pytest.raises(ConfigError, match=r"subagents\.summarization\.model: 'nope' is not in models"):
+        load_config(_write(tmp_path, "subagents: {summarization: {model: nope}}\n"), env={})

@@ -199,7 +199,9 @@ def chain(
         if resolved.kind != "agent":
             err.print(f"[red]{agent!r} is a user graph: it has no middleware chain[/]")
             raise typer.Exit(2)
-        built = harness.chain(resolved) if kind == "lead" else build_agent_chain("subagent", cfg.limits)
+        built = harness.chain(resolved) if kind == "lead" else build_agent_chain(
+            "subagent", cfg.limits, summarization=cfg.subagents.summarization,
+        )
     except (UnknownAssistant, ValueError) as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None

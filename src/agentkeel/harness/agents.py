@@ -180,12 +180,12 @@ class Harness:
         return prompt
 
     def _bind_summarizers(self, chain: Chain, model_name: str, model: BaseChatModel, run_key: str | None) -> None:
-        summarizers = [m for m in chain.middlewares if isinstance(m, Summarization)]
-        if summarizers:
-            name = self._config.limits.summarization.model or model_name
+        """The summary model of each Summarization member: the one its settings name
+        (``limits.summarization`` or, for a subagent, ``subagents.summarization``), else the agent's."""
+        for member in (m for m in chain.middlewares if isinstance(m, Summarization)):
+            name = member.limits.model or model_name
             summary_model = self.summary_model(name, model_name, model, run_key)
-            for member in summarizers:
-                member.bind_model(summary_model, name, self.models.call_timeout_s(name))
+            member.bind_model(summary_model, name, self.models.call_timeout_s(name))
 
     # -- subagents -------------------------------------------------------------------------
     def _task_tool(
@@ -224,6 +224,7 @@ class Harness:
         chain = build_agent_chain(
             "subagent", limits, strict_grammar=self._strict(name), model=self.model_ref(name),
             delegation=self._config.subagents if delegates else None,
+            summarization=self._config.subagents.summarization,
         )
         self._bind_summarizers(chain, name, model, run_key)
         tools = build_tools(bash_enabled=self._config.tools.bash, names=_without_task(list(spec.tools)))

@@ -9,7 +9,7 @@ list whose positions encode invariants. Every chain kind gets the mandatory guar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentkeel.harness.middleware.base import KeelMiddleware
 from agentkeel.harness.middleware.chain import Chain, build_chain
@@ -26,6 +26,7 @@ from agentkeel.harness.middleware.read_before_write import ReadBeforeWrite
 from agentkeel.harness.middleware.request_grammar import RequestGrammar
 from agentkeel.harness.middleware.safety_finish_reason import SafetyFinishReason
 from agentkeel.harness.middleware.side_effect_ledger import SideEffectLedger
+from agentkeel.harness.middleware.subagent_limit import SubagentLimit
 from agentkeel.harness.middleware.summarization import Summarization
 from agentkeel.harness.middleware.terminal_response import TerminalResponse
 from agentkeel.harness.middleware.token_budget import TokenBudget
@@ -35,7 +36,10 @@ from agentkeel.harness.middleware.tool_output_budget import ToolOutputBudget
 from agentkeel.harness.middleware.tool_progress import ToolProgress
 from agentkeel.harness.middleware.tool_result_sanitization import ToolResultSanitization
 from agentkeel.harness.middleware.turn_limit import TurnLimit
-from agentkeel.limits import Limits
+from agentkeel.limits import Limits, SubagentSummarizationLimits, SummarizationLimits
+
+if TYPE_CHECKING:  # only the type: the guard takes the two numbers
+    from agentkeel.config import SubagentsConfig
 
 CATALOG: tuple[type[KeelMiddleware], ...] = (
     Clarification,
@@ -49,6 +53,7 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
     RequestGrammar,
     SafetyFinishReason,
     SideEffectLedger,
+    SubagentLimit,
     Summarization,
     SystemMessageCoalescing,
     TerminalResponse,
@@ -63,9 +68,15 @@ CATALOG: tuple[type[KeelMiddleware], ...] = (
 """Every AgentKeel middleware; their ``mandatory_for`` declarations are enforced on every chain."""
 
 
-def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None) -> list[KeelMiddleware]:
+def guard_members(
+    kind: ChainKind, limits: Limits, model: ModelRef | None = None, delegation: SubagentsConfig | None = None,
+    *, summarization: SummarizationLimits | None = None,
+) -> list[KeelMiddleware]:
     """Fresh guard instances for one run of an agent of ``kind`` (unordered). ``model``: the model
-    the chain calls (its errors name it; its ``timeout_s`` bounds each attempt)."""
+    the chain calls (its errors name it; its ``timeout_s`` bounds each attempt). ``delegation``:
+    given when the agent has the ``task`` tool, whose calls it bounds. ``summarization``: a
+    subagent's compaction when ``limits.summarization`` is off (``subagents.summarization``;
+    None: its default) — a subagent always compacts and always gates writes on reads."""
     members: list[KeelMiddleware] = [
         DanglingToolCall(),
         LLMErrorHandling(limits.llm_retry, model=model),
@@ -84,28 +95,36 @@ def guard_members(kind: ChainKind, limits: Limits, model: ModelRef | None = None
     ]
     if kind == "lead":
         members.append(Clarification())
+    if delegation is not None:
+        members.append(SubagentLimit(delegation.max_concurrent, delegation.max_per_run))
     if limits.input_sanitization.enabled:
         members.append(InputSanitization())
     if limits.tool_result_sanitization.enabled:
         members.append(ToolResultSanitization(limits.tool_result_sanitization))
     if limits.tool_output.enabled:
         members.append(ToolOutputBudget(limits.tool_output))
-    if limits.read_before_write.enabled:
+    if limits.read_before_write.enabled or kind == "subagent":
         members.append(ReadBeforeWrite())
     if limits.tool_progress.enabled:
         members.append(ToolProgress(limits.tool_progress))
     if limits.summarization.enabled:
         members.append(Summarization(limits.summarization))
+    elif kind == "subagent":
+        members.append(Summarization(summarization or SubagentSummarizationLimits()))
     return members
 
 
 def build_agent_chain(
     kind: ChainKind, limits: Limits, *, strict_grammar: bool = False, extra: Sequence[Any] = (),
-    model: ModelRef | None = None, delegation: Any = None,
+    model: ModelRef | None = None, delegation: SubagentsConfig | None = None,
+    summarization: SummarizationLimits | None = None,
 ) -> Chain:
     """The checked chain for one run: the guards plus ``extra`` (third-party) middleware, ordered
-    by their contracts. ``strict_grammar`` makes every member attribute grammar violations."""
-    members: list[Any] = [*guard_members(kind, limits, model), *extra]
+    by their contracts. ``strict_grammar`` makes every member attribute grammar violations;
+    ``delegation`` and ``summarization`` as in :func:`guard_members`."""
+    members: list[Any] = [
+        *guard_members(kind, limits, model, delegation, summarization=summarization), *extra,
+    ]
     for member in members:
         if isinstance(member, KeelMiddleware):
             member.strict_grammar = strict_grammar

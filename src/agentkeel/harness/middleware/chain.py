@@ -270,8 +270,10 @@ def build_chain(
     """
     if kind not in ("lead", "subagent"):
         raise ValueError(f"chain kind must be 'lead' or 'subagent', got {kind!r}")
+    # Membership first: a missing mandatory guard is the root cause of whatever ordering fact its
+    # absence breaks (no DurableContext: nothing provides the system authority coalescing needs).
+    check_membership(kind, middlewares, catalog)
     ordered = derive_order(kind, middlewares) if derive else list(middlewares)
-    check_membership(kind, ordered, catalog)
     check_order(kind, ordered)
     return Chain(kind, tuple(ordered))
 

@@ -129,7 +129,9 @@ class ReadBeforeWrite(KeelMiddleware):
                 reads={"tool_request.args", "tool_result"},
                 mutates={"tool_result", "tool_result.read_mark"},
             )
-        }
+        },
+        # A lead's is a switch (``limits.read_before_write``); nobody reviews a subagent's writes.
+        mandatory_for=frozenset({"subagent"}),
     )
 
     async def awrap_tool_call(

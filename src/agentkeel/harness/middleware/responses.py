@@ -11,8 +11,11 @@ Two ways to take tool calls away from a response, kept apart on purpose:
   independent of which guard ran first. Kept under ``additional_kwargs["agentkeel_withheld"]``.
 
 Both keep the message id (the message replaces itself in state), drop the raw provider tool-call
-fields so no converter resurrects a call, turn ``finish_reason: tool_calls`` into ``stop`` and
-append a short bracketed note to the text so the model and the reader see what happened.
+fields and the content blocks of the calls taken (an Anthropic ``tool_use`` block is sent as a call
+even when ``tool_calls`` no longer has it: a call without a result, which a strict provider
+rejects), turn ``finish_reason: tool_calls`` into ``stop`` and append a short bracketed note to the
+text so the model and the reader see what happened. Both can take only some calls (``keep``); the
+kept ones stay live and the response still ends in tool calls.
 """
 
 from __future__ import annotations
@@ -74,37 +77,48 @@ def with_note(content: Any, note: str) -> Any:
     return f"{text}\n\n{note}" if text else note
 
 
-def _stash(message: AIMessage, key: str, by: str, reason: str) -> AIMessage:
+_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call"})
+
+
+def _without_call_blocks(content: Any, gone: set[Any]) -> Any:
+    """``content`` without the content blocks that carry one of the ``gone`` calls."""
+    if not isinstance(content, list) or not gone:
+        return content
+    return [
+        block for block in content
+        if not (isinstance(block, dict) and block.get("type") in _CALL_BLOCKS
+                and (block.get("id") in gone or block.get("call_id") in gone))
+    ]
+
+
+def _stash(message: AIMessage, key: str, by: str, reason: str, keep: Sequence[ToolCall]) -> AIMessage:
+    keep_ids = {c.get("id") for c in keep}
+    taken = [c for c in message.tool_calls if c.get("id") not in keep_ids]
     kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in _RAW_CALL_FIELDS}
     stash = dict(kwargs.get(key) or {"by": [], "tool_calls": []})
     stash["by"] = [*stash.get("by", []), {"middleware": by, "reason": reason}]
-    stash["tool_calls"] = [*stash.get("tool_calls", []), *[dict(c) for c in message.tool_calls]]
+    stash["tool_calls"] = [*stash.get("tool_calls", []), *[dict(c) for c in taken]]
     kwargs[key] = stash
     metadata = dict(message.response_metadata)
-    if metadata.get("finish_reason") in ("tool_calls", "function_call"):
+    if not keep and metadata.get("finish_reason") in ("tool_calls", "function_call"):
         metadata["finish_reason"] = "stop"
+    content = _without_call_blocks(message.content, {c.get("id") for c in taken} - {None})
     return message.model_copy(update={
-        "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
+        "tool_calls": list(keep), "invalid_tool_calls": [], "tool_call_chunks": [],
         "additional_kwargs": kwargs, "response_metadata": metadata,
-        "content": with_note(message.content, reason),
+        "content": with_note(content, reason),
     })
 
 
-def withhold(message: AIMessage, by: str, reason: str) -> AIMessage:
-    """A guard's strip: the calls stay counted as intent (see module docstring)."""
-    return _stash(message, WITHHELD, by, reason)
+def withhold(message: AIMessage, by: str, reason: str, keep: Sequence[ToolCall] = ()) -> AIMessage:
+    """A guard's strip of every call except ``keep``: the calls stay counted as intent (see
+    module docstring)."""
+    return _stash(message, WITHHELD, by, reason, keep)
 
 
 def suppress(message: AIMessage, by: str, reason: str, keep: Sequence[ToolCall] = ()) -> AIMessage:
     """A protocol repair: the calls (except ``keep``) are not intent and are never counted."""
-    keep_ids = {c.get("id") for c in keep}
-    dropped = [c for c in message.tool_calls if c.get("id") not in keep_ids]
-    stashed = _stash(message.model_copy(update={"tool_calls": dropped}), SUPPRESSED, by, reason)
-    if keep:  # calls remain live: the response still ends in tool calls
-        stashed = stashed.model_copy(update={
-            "tool_calls": list(keep), "response_metadata": dict(message.response_metadata),
-        })
-    return stashed
+    return _stash(message, SUPPRESSED, by, reason, keep)
 
 
 def intended_calls(message: AIMessage) -> list[ToolCall]:

@@ -136,10 +136,15 @@ class Summarization(KeelMiddleware):
 
     # No ordering against DurableContext is needed: the thread keeps every message, and
     # DurableContext captures what the newest ones hold at the model call, before it projects.
-    contract = Contract(axes={"before_model": on(
-        reads={"state.messages", "state.compaction", "state.delegations", "state.skills", "state.original_request"},
-        mutates={"state.compaction"},
-    )})
+    # Mandatory for subagents only: a lead's compaction is a deployment's choice
+    # (``limits.summarization``), a subagent's is not (``subagents.summarization``).
+    contract = Contract(
+        axes={"before_model": on(
+            reads={"state.messages", "state.compaction", "state.delegations", "state.skills", "state.original_request"},
+            mutates={"state.compaction"},
+        )},
+        mandatory_for=frozenset({"subagent"}),
+    )
     # The channels this hook reads and writes; the harness's own schema (full or delta) wins
     # where both declare one.
     state_schema = FullAgentState
