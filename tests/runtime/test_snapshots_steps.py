@@ -40,8 +40,8 @@ async def test_created_then_edited_file_credits_both_steps_in_order(keel: Keel) 
     # The last step stays the headline (unchanged fields); every step is listed with its hashes.
     assert (change["tool_call_id"], change["tool_name"], change["tool_seq"]) == ("call_s", "str_replace", tool_seq["call_s"])
     assert change["steps"] == [
-        {"tool_call_id": "call_w", "tool_name": "write_file", "tool_seq": tool_seq["call_w"],
+        {"tool_call_id": "call_w", "tool_name": "write_file", "agent": "lead", "tool_seq": tool_seq["call_w"],
          "before_sha256": None, "after_sha256": sha256(DRAFT)},
-        {"tool_call_id": "call_s", "tool_name": "str_replace", "tool_seq": tool_seq["call_s"],
+        {"tool_call_id": "call_s", "tool_name": "str_replace", "agent": "lead", "tool_seq": tool_seq["call_s"],
          "before_sha256": sha256(DRAFT), "after_sha256": sha256(FINAL)},
     ]
