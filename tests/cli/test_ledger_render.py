@@ -1,5 +1,6 @@
-"""The ledger's "Why did it stop?" as a user reads it: "finished cleanly" only for a clean success;
-a failed run says what failed, on which model, and which key variable to check."""
+"""The ledger as a user reads it. "Why did it stop?": "finished cleanly" only for a clean success;
+a failed run says what failed, on which model, and which key variable to check. "Subagents": one
+row per child, nothing without any. The files changed name their agent when the records do."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from rich.console import Console
 
 from agentkeel.cli.render import render_ledger
+from agentkeel.runtime.children import children_of
+from children_support import EXPECTED, START_ORDER, events
 
 CLEAN = "finished cleanly"
 
@@ -78,3 +81,50 @@ def test_a_timeout_and_an_interruption_are_not_clean() -> None:
     assert "timed out: run exceeded its wall-clock limit of 5 s" in bare
     assert CLEAN not in _why(_ledger("interrupted"))
     assert CLEAN not in _why(_ledger("interrupted", stop_reasons=[_reason("cancelled", "cancellation")]))
+
+
+def _render(ledger: dict[str, Any]) -> str:
+    out = io.StringIO()
+    render_ledger(Console(file=out, width=200, color_system=None), ledger)
+    return out.getvalue()
+
+
+def _subagents_section(text: str) -> str:
+    return text[text.index("Subagents"):text.index("Which step changed which file?")]
+
+
+def test_each_child_is_a_row_of_the_subagents_table() -> None:
+    ledger = _ledger("success")
+    ledger["subagents"] = children_of(events("r1", "t1"), run_ended=True)
+    section = _subagents_section(_render(ledger))
+    assert "(4 started)" in section
+    lines = section.splitlines()
+    rows = {task: next(line for line in lines if f" {task} " in line) for task in START_ORDER}
+    assert [lines.index(rows[task]) for task in START_ORDER] == sorted(lines.index(row) for row in rows.values())
+    for task, expected in EXPECTED.items():
+        row = rows[task]
+        assert expected["subagent_type"] in row and expected["status"] in row
+        if expected["stop_reason"]:
+            assert expected["stop_reason"] in row
+    assert "1,200 / 300" in rows["t-capped"] and "src/parser.py" in rows["t-capped"]
+    assert "800 / 150" in rows["t-done"]
+    assert "unfinished" in rows["t-open"] and " - " in rows["t-open"]  # its usage is unknown, not zero
+    assert "t-cancel: cancelled by the parent run" in section
+
+
+def test_no_children_no_subagents_section() -> None:
+    text = _render(_ledger("success"))
+    assert "Subagents" not in text
+    assert "Subagents" not in _render({**_ledger("success"), "subagents": []})
+
+
+def test_files_changed_name_their_agent_when_the_records_do() -> None:
+    change = {"path": "/workspace/src/parser.py", "change": "modified", "before_sha256": "a" * 64,
+              "after_sha256": "b" * 64, "tool_call_id": "call_1", "tool_name": "str_replace", "tool_seq": 4}
+    without = _render({**_ledger("success"), "files_changed": [change]})
+    assert "agent" not in without.split("Which step changed which file?")[1]
+    steps = [{"agent": "lead"}, {"agent": "subagent:coder/t-capped"}]
+    named = _render({**_ledger("success"), "files_changed": [{**change, "agent": "subagent:coder/t-capped",
+                                                               "steps": steps}]})
+    files = named.split("Which step changed which file?")[1]
+    assert "agent" in files and "lead, subagent:coder/t-capped" in files

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ARG_PREVIEW = 60
@@ -127,21 +128,27 @@ def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
     console.print(spend)
     if ledger["tool_calls"]:
         console.print("  tools: " + ", ".join(f"{n}×{c}" for n, c in sorted(ledger["tool_calls"].items())))
+    _render_subagents(console, ledger.get("subagents") or [])
 
     console.print("\n[bold]Which step changed which file?[/]")
-    if not ledger["files_changed"]:
+    changes = ledger["files_changed"]
+    if not changes:
         console.print("  no workspace file changed")
+    by_agent = any(_agents(change) for change in changes)  # the column only once a record names one
     files = Table(box=None, padding=(0, 1))
-    for column in ("change", "file", "step (journal seq · tool)", "tool call id", "before → after"):
+    columns = ("change", "file", *(("agent",) if by_agent else ()), "step (journal seq · tool)", "tool call id",
+               "before → after")
+    for column in columns:
         files.add_column(column, overflow="fold")
-    for change in ledger["files_changed"]:
+    for change in changes:
         step = f"#{change['tool_seq']} {change.get('tool_name')}" if change.get("tool_seq") else "(outside any tool)"
         files.add_row(
-            change["change"], change["path"].removeprefix("/workspace/"), step,
+            change["change"], change["path"].removeprefix("/workspace/"),
+            *((", ".join(_agents(change)) or "-",) if by_agent else ()), step,
             change.get("tool_call_id") or "-",
             f"{(change.get('before_sha256') or '-')[:8]} → {(change.get('after_sha256') or '-')[:8]}",
         )
-    if ledger["files_changed"]:
+    if changes:
         console.print(files)
 
     resume = ledger["resume"]
@@ -155,3 +162,47 @@ def render_ledger(console: Console, ledger: dict[str, Any]) -> None:
             f"  the agent is waiting for an answer to: {resume['question']}\n"
             f"  answer with: keel run --thread {resume['thread_id']} --resume \"...\""
         )
+
+
+_CHILD_COLOURS = {"completed": "green", "failed": "red", "timed_out": "red", "cancelled": "yellow",
+                  "unfinished": "yellow", "running": "cyan"}
+
+
+def _render_subagents(console: Console, children: list[dict[str, Any]]) -> None:
+    """The "Subagents" table: one row per child (``runtime/children.py``); nothing without any."""
+    if not children:
+        return
+    console.print(f"\n[bold]Subagents[/] [dim]({len(children)} started)[/]")
+    table = Table(box=None, padding=(0, 1))
+    for column in ("seq", "type", "task id", "status", "stop reason(s)", "tokens in / out", "turns", "files changed"):
+        table.add_column(column, overflow="fold", justify="right" if column in ("seq", "turns") else "left")
+    for child in children:
+        usage = child.get("usage")
+        files = [str(path).removeprefix("/workspace/") for path in child.get("files_changed") or []]
+        turns = child.get("turns")
+        table.add_row(
+            str(child["seq"]), escape(child.get("subagent_type") or "?"), escape(child["task_id"]),
+            f"[{_CHILD_COLOURS.get(child['status'], 'white')}]{escape(child['status'])}[/]",
+            escape(_child_reasons(child)),
+            f"{usage.get('input_tokens', 0):,} / {usage.get('output_tokens', 0):,}" if usage else "-",
+            "-" if turns is None else str(turns),
+            escape(", ".join(files)) or "-",
+        )
+    console.print(table)
+    for child in children:
+        if child.get("error"):
+            console.print(f"  {child['task_id']}: {child['error']}", markup=False, highlight=False)
+
+
+def _child_reasons(child: dict[str, Any]) -> str:
+    """The child's primary code first, then its other codes, each once."""
+    codes = [child.get("stop_reason"), *(entry.get("code") for entry in child.get("stop_reasons") or [])]
+    unique = list(dict.fromkeys(code for code in codes if code))
+    return ", ".join(unique) or "-"
+
+
+def _agents(change: dict[str, Any]) -> list[str]:
+    """Who changed the file (``lead`` or ``subagent:<type>/<task_id>``), in step order, each once;
+    empty for a record written before changes named their agent."""
+    named = [step.get("agent") for step in change.get("steps") or []] + [change.get("agent")]
+    return list(dict.fromkeys(agent for agent in named if agent))

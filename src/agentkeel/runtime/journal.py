@@ -45,6 +45,13 @@ intervention       {middleware, action, detail, ...} (guards; ``recovered_call``
 stop_reason        the stop-reason entry dict (recorded at the entry's own ``seq``)
 file.changed       {path, change (added|modified|deleted), before_sha256, after_sha256,
                    tool_call_id, tool_name, tool_seq}
+                   [, agent (lead | subagent:<type>/<task_id>) on the record and each step]
+subagent.start     {task_id, subagent_type, description, model, depth, queued_s}; caller
+                   ``subagent:<type>``: a child began (``runtime/children.py`` reads both kinds)
+subagent.end       {task_id, subagent_type, description, status (completed|failed|cancelled|
+                   timed_out), stop_reason, stop_reasons, usage {input_tokens, output_tokens,
+                   total_tokens, calls}, model, files_changed, brief (<= 2000 chars), sha256 (of
+                   the full result), turns, duration_s, error}; caller ``subagent:<type>``
 chain.manifest     the middleware chain the run executed
 error              {type, message}
 journal.dropped    {count} events lost because the store stayed unreachable and the buffer filled

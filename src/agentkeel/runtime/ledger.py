@@ -3,7 +3,8 @@
 Why did it stop (status, primary stop reason, every reason), what did the guards do short of
 stopping it (every intervention: a blocked write, a retry, a repaired request), what did it spend
 (tokens by caller and by model, model and tool calls), which step changed which file (tool call id
-and journal seq, with before/after hashes), and where can it resume (thread and head checkpoint).
+and journal seq, with before/after hashes), what did each subagent do (``subagents``, see
+``runtime/children.py``), and where can it resume (thread and head checkpoint).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from agentkeel.runtime.checkpoints import checkpoint_config
+from agentkeel.runtime.children import children_of
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.stores.base import JournalStore
 
@@ -52,6 +54,7 @@ async def build_ledger(
              "detail": e.data.get("detail")}
             for e in events if e.kind == "intervention"
         ],
+        "subagents": children_of(events, run_ended=record.status.terminal),
         "guards": next((e.data.get("order", []) for e in events if e.kind == "chain.manifest"), []),
         "journal_events": len(events),
         "resume": {"thread_id": record.thread_id, "checkpoint_id": head, "question": _question(record)},

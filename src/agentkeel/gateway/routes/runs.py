@@ -27,6 +27,7 @@ from agentkeel.gateway.sse import event_stream, json_when_done, until_end
 from agentkeel.gateway.threads_view import thread_view
 from agentkeel.runtime.assistants import resolve_assistant
 from agentkeel.runtime.bridge import LIVE
+from agentkeel.runtime.children import run_children
 from agentkeel.runtime.manager import CancelOutcome
 from agentkeel.runtime.records import ConflictError, OnDisconnect, RunRecord, RunStatus
 from agentkeel.runtime.requests import STREAM_MODES, RequestError
@@ -51,6 +52,13 @@ def run_json(record: RunRecord) -> dict[str, Any]:
     ``usage``, ``attempt`` and ``error``. Owner and lease stay internal."""
     fields = record.to_dict()
     return {key: fields[key] for key in _RUN_FIELDS}
+
+
+async def run_detail_json(gw: Gateway, record: RunRecord) -> dict[str, Any]:
+    """The Run resource of a single-run GET: :func:`run_json` plus ``subagents``, the run's
+    children from its journal (``runtime/children.py``). Lists and other answers leave it out, so
+    they stay one store query however many runs they hold."""
+    return {**run_json(record), "subagents": await run_children(gw.runtime.journal, record)}
 
 
 def _run_path(record: RunRecord, stateless: bool = False) -> str:
@@ -240,7 +248,7 @@ async def list_runs(
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
 async def get_run(thread_id: str, run_id: str, gw: GW) -> dict[str, Any]:
-    return run_json(await gw.run(run_id, thread_id))
+    return await run_detail_json(gw, await gw.run(run_id, thread_id))
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
@@ -381,7 +389,7 @@ async def _all_runs(gw: Gateway, statuses: list[RunStatus], page: int = 500) -> 
 
 @router.get("/runs/{run_id}")
 async def get_stateless_run(run_id: str, gw: GW) -> dict[str, Any]:
-    return run_json(await gw.run(run_id))
+    return await run_detail_json(gw, await gw.run(run_id))
 
 
 @router.get("/runs/{run_id}/join")
