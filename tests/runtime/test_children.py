@@ -107,6 +107,9 @@ def test_sparse_records_are_read_without_guessing() -> None:
     (child,) = children_of(events("r", "t", sparse), run_ended=True)
     assert child["subagent_type"] == "critic" and child["status"] == "exploded" and child["seq"] == 1
     assert child["usage"] is None and child["stop_reasons"] == [] and child["files_changed"] == []
+    terse_end = ("subagent.end", "subagent:critic", {"task_id": "t9", "status": "failed", "description": None})
+    (child,) = children_of(events("r", "t", [start("t9", "critic", "Review it"), terse_end]), run_ended=True)
+    assert child["description"] == "Review it" and child["model"] == "fast" and child["status"] == "failed"
 
 
 _ops = st.lists(st.tuples(st.sampled_from(["subagent.start", "subagent.end", "model.call"]),

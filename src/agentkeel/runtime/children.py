@@ -60,8 +60,9 @@ def _item(
     begun = start.data if start is not None else {}
     done = end.data if end is not None else {}
 
-    def field(name: str) -> Any:
-        return done.get(name, begun.get(name))
+    def field(name: str) -> Any:  # named by both records: the end's value, else the start's
+        value = done.get(name)
+        return begun.get(name) if value is None else value
 
     if end is None:
         status = UNFINISHED if run_ended else RUNNING
