@@ -34,8 +34,9 @@ DELAY_MS = 250  # each child turn; the run is cancelled while several are in fli
 
 
 def working_child() -> list[dict[str, object]]:
-    """A child that keeps working (different ``ls`` paths: no guard stops it) and says so each turn."""
-    return [turn("Part {instance}: drafted step {turn}.", call("ls", path="/workspace/outputs/{turn}"),
+    """A child that keeps working (a new file each turn: no guard stops it soon) and says so each turn."""
+    write = call("write_file", path="/workspace/outputs/part{instance}-{turn}.md", content="Draft {turn}.\n")
+    return [turn("Part {instance}: drafted step {turn}.", write,
                  delay_ms=DELAY_MS, usage=(200, 20), repeat="forever")]
 
 
@@ -45,11 +46,11 @@ async def test_cancelling_the_parent_stops_every_child_and_keeps_their_partial_o
         run = await start(rt, "t-cancel", "Write three sentences, one per subagent.")
 
         async def children_answered() -> bool:
-            events = await journal(rt, run.run_id)
-            calls = [e for e in of_kind(events, "model.call") if e.caller == f"subagent:{GP}"]
-            return len(of_kind(events, "subagent.start")) == len(TOPICS) and len(calls) >= len(TOPICS)
+            # A child's tool call ran: its first answer (with text) is in the child's state.
+            ran = {e.data.get("call_id") for e in of_kind(await journal(rt, run.run_id), "tool.call")}
+            return all(any(f"-{GP}-{i}-" in str(c) for c in ran) for i in range(len(TOPICS)))
 
-        await wait_until(children_answered, timeout=15, what="every child to have answered once")
+        await wait_until(children_answered, timeout=15, what="every child to have run a tool")
         assert rt.harness.subagent_capacity.running == len(TOPICS)
         assert child_tasks(), "the children's tasks are visible while they run"
         assert await rt.manager.cancel(run.run_id) == CancelOutcome.cancelled
@@ -76,14 +77,33 @@ async def test_cancelling_the_parent_stops_every_child_and_keeps_their_partial_o
         assert data["usage"]["calls"] >= 1
         entry = entries[task_id]
         assert (entry["status"], entry["run_id"]) == ("cancelled", run.run_id)
+        assert entry["stop_reason"] == "the run was stopped before the delegation finished"
         assert entry["result_brief"] == data["brief"] and entry["result_sha256"] == data["sha256"]
+
+
+async def test_a_run_that_hits_its_time_limit_closes_its_childrens_delegations_timed_out(keel: Keel) -> None:
+    """The children are cancelled with the run (their own outcome says so); the ledger says why
+    the work stopped — the run's time limit — and keeps each child's partial answer."""
+    config = keel.config({"work": {"lead": delegating_lead(), GP: working_child()}})
+    async with keel.open(config) as rt:
+        run = await start(rt, "t-run-timeout", "Write three sentences, one per subagent.", timeout_s=3.0)
+        record = await finished(rt, run.run_id)
+        ends = ends_by_task(await journal(rt, run.run_id))
+        entries = await ledger(rt, "t-run-timeout")
+        assert child_tasks() == [] and rt.harness.subagent_capacity.running == 0
+    assert record.status == RunStatus.timeout
+    assert len(ends) == len(TOPICS) and {d["status"] for d in ends.values()} == {"cancelled"}
+    for task_id, data in ends.items():
+        entry = entries[task_id]
+        assert (entry["status"], entry["stop_reason"]) == ("timed_out", "the run hit its time limit before the delegation finished")
+        assert entry["result_brief"] == data["brief"] and data["brief"].startswith("Part ")
 
 
 async def test_cancelling_a_run_whose_child_waits_for_the_process_capacity(keel: Keel) -> None:
     """The queued child gives up its place (it never started), the running one of the other run
     is untouched, and the cancelled run's delegation is closed ``cancelled`` all the same."""
     lead = [turn("Delegating.", task_call("One sentence", "Write one sentence.")), turn("Done.")]
-    config = keel.config({"m": {"lead": lead, GP: [turn("Written.", delay_ms=1500)]}},
+    config = keel.config({"m": {"lead": lead, GP: [turn("Written.", delay_ms=4000)]}},
                          subagents={"process_capacity": 1})
     async with keel.open(config) as rt:
         capacity = rt.harness.subagent_capacity

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentkeel.harness.durable import closing_updates, merge_delegations
+from agentkeel.harness.durable import DelegationEntry, closing_updates, merge_delegations
 from agentkeel.harness.middleware.durable_context import outcome_update, result_updates
 from agentkeel.runtime.checkpoints import StateAccessor
 from agentkeel.runtime.records import RunStatus
@@ -51,12 +51,23 @@ async def close_run_delegations(
     ledger = values.get("delegations") or []
     found = result_updates(values.get("messages") or [], ledger)
     reported = {u.get("id") for u in found}
-    found += [outcome_update(task_id, data) for task_id, data in (outcomes or {}).items()
+    found += [_settled(task_id, data, closed_as, reason) for task_id, data in (outcomes or {}).items()
               if task_id not in reported and any(e.get("id") == task_id and e.get("status") == "in_progress" for e in ledger)]
     updates = [*found, *closing_updates(merge_delegations(ledger, found), reason=reason, run_id=run_id, status=closed_as)]
     if updates:
         await accessor.amutate(thread_id, {"delegations": updates}, label=CLOSE_NODE, metadata={"run_id": run_id})
     return len(updates)
+
+
+def _settled(task_id: str, data: dict[str, Any], closed_as: str, reason: str) -> DelegationEntry:
+    """The ledger update of a task whose subagent settled but whose result never reached the
+    thread. A child the run's own stop cancelled is closed as the run's end says — a timed-out
+    run's child ``timed_out``, and why — its partial result kept (its own stop reasons are in its
+    outcome and the journal); any other end is the child's."""
+    update = outcome_update(task_id, data)
+    if data.get("status") == "cancelled":
+        update["status"], update["stop_reason"] = closed_as, reason
+    return update
 
 
 __all__ = ["CLOSE_NODE", "close_run_delegations"]
