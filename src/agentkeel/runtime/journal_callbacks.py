@@ -114,7 +114,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
         hint = (metadata or {}).get("ls_model_name") or params.get("model") or params.get("model_name")
         task_id = (metadata or {}).get(TASK_ID_METADATA)
         self._models[run_id] = _Started(
-            time.monotonic(), caller_from_tags(tags), str(hint or ""), request_tokens=request_tokens,
+            time.monotonic(), caller_from_tags(tags, metadata), str(hint or ""), request_tokens=request_tokens,
             task_id=task_id if isinstance(task_id, str) else None,
         )
 
@@ -191,7 +191,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
     ) -> None:
         name = (serialized or {}).get("name") or kwargs.get("name") or "unknown"
         self._tools[run_id] = _Started(
-            time.monotonic(), caller_from_tags(tags), str(name), kwargs.get("tool_call_id")
+            time.monotonic(), caller_from_tags(tags, kwargs.get("metadata")), str(name), kwargs.get("tool_call_id")
         )
 
     @_guarded

@@ -10,25 +10,32 @@ growing context every turn, not the ones that write much.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from agentkeel.harness.middleware.keys import SUBAGENT_TYPE_METADATA
 
 LEAD = "lead"
 CALLER_CLASSES = (LEAD, "subagent", "middleware")
 
 
-def caller_from_tags(tags: Iterable[str] | None) -> str:
+def caller_from_tags(tags: Iterable[str] | None, metadata: Mapping[str, Any] | None = None) -> str:
     """The caller a LangChain run's tags name: ``lead``, ``subagent:<type>`` or ``middleware:<name>``.
 
     The *last* matching tag wins: LangChain lists inherited tags before the run's own, so a subagent
     started inside a run tagged ``lead`` carries ``["lead", "subagent:<type>"]`` and must count as the
-    subagent. Untagged calls are the lead's.
+    subagent. Untagged calls are the lead's. A nested subagent's calls carry two ``subagent:*`` tags
+    whose order LangChain does not keep (its config merge sorts tags), so when the winner is a
+    subagent, the innermost one is read from ``metadata`` (``SUBAGENT_TYPE_METADATA``) instead.
     """
     caller = LEAD
     for tag in tags or ():
         if tag == LEAD or tag.startswith(("subagent:", "middleware:")):
             caller = tag
+    innermost = (metadata or {}).get(SUBAGENT_TYPE_METADATA)
+    if caller.startswith("subagent:") and isinstance(innermost, str) and innermost:
+        return f"subagent:{innermost}"
     return caller
 
 

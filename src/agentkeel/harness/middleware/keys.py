@@ -26,6 +26,12 @@ TASK_ID_METADATA = "agentkeel_task_id"
 counts each child's tokens on their own (``UsageMeter.of_task``)."""
 
 
+SUBAGENT_TYPE_METADATA = "agentkeel_subagent_type"
+"""Run-config metadata key of a subagent's graph: its type. Metadata merges child-last, so a call
+made at any depth carries the innermost subagent's type (its tags, which LangChain may sort, do not
+say which of several ``subagent:*`` tags is the innermost)."""
+
+
 def fingerprint(text: str) -> str:
     """A short stable digest of a tool result's whole text, for "the same output again" comparisons.
 
@@ -33,4 +39,4 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-__all__ = ["READ_MARK", "SUBAGENT_RESULT", "TASK_ID_METADATA", "TOOL_META", "fingerprint"]
+__all__ = ["READ_MARK", "SUBAGENT_RESULT", "SUBAGENT_TYPE_METADATA", "TASK_ID_METADATA", "TOOL_META", "fingerprint"]

@@ -35,7 +35,7 @@ from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langgraph.errors import GraphRecursionError
 
 from agentkeel.harness.context import RunContext, TaskEvents
-from agentkeel.harness.middleware.keys import TASK_ID_METADATA
+from agentkeel.harness.middleware.keys import SUBAGENT_TYPE_METADATA, TASK_ID_METADATA
 from agentkeel.harness.middleware.responses import text_of
 from agentkeel.harness.subagents.capacity import Capacity
 from agentkeel.harness.subagents.outcome import SubagentOutcome, brief_of
@@ -204,7 +204,7 @@ class _ChildRun:
         config = patch_config(parent, recursion_limit=self.spec.max_turns * 4 + 10, run_name=self.caller)
         config["tags"] = [*(parent.get("tags") or []), self.caller]
         config["metadata"] = {**(parent.get("metadata") or {}), TASK_ID_METADATA: self.outcome.task_id,
-                              "agentkeel_subagent_type": self.spec.name}
+                              SUBAGENT_TYPE_METADATA: self.spec.name}
         return config
 
     async def _observe(self, chunk: Any) -> None:
