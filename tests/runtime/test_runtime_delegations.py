@@ -57,6 +57,7 @@ def subagent(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
         return [*build_tools(*args, **kwargs), blocking]
 
     monkeypatch.setattr(agents_module, "build_tools", with_task)
+    monkeypatch.setattr(agents_module, "_delegates", lambda tools: False)  # the stand-in is the only `task`
     return started
 
 
@@ -122,6 +123,7 @@ async def test_a_result_that_arrived_before_the_stop_is_taken_in_not_cancelled(
     quick: BaseTool = tool("task", description="Delegate work to a subagent.")(task)
     build_tools = agents_module.build_tools
     monkeypatch.setattr(agents_module, "build_tools", lambda *a, **k: [*build_tools(*a, **k), quick])
+    monkeypatch.setattr(agents_module, "_delegates", lambda tools: False)
     script = [DELEGATE[0], turn("Reading the result.", delay_ms=60_000)]
     config = keel.config({"delegate": script})
     thread = new_thread_id("deleg")
