@@ -23,6 +23,7 @@ from subagent_support import (
     TOPICS,
     ends_by_task,
     last_answer,
+    ledger,
     of_kind,
     outcome_of,
     replay_script,
@@ -66,6 +67,11 @@ async def test_three_runaway_children_are_each_loop_capped_and_the_lead_answers(
         check_capped_children(record, results, ends_by_task(events))
         assert last_answer(messages) == LEAD_ANSWER
         assert rt.harness.subagent_capacity.running == 0
+        entries = await ledger(rt, "t-3875")
+    for task_id, message in results.items():
+        data, entry = outcome_of(message), entries[task_id]
+        assert (entry["status"], entry["stop_reason"]) == ("completed", "loop_capped")
+        assert (entry["result_brief"], entry["result_sha256"]) == (data["brief"], data["sha256"])
 
     child_calls = [e for e in of_kind(events, "model.call") if e.caller == f"subagent:{GP}"]
     assert len(child_calls) <= len(TOPICS) * CHILD_CALLS
