@@ -25,6 +25,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 
+from agentkeel.config import SubagentsConfig
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware.catalog import build_agent_chain
 from agentkeel.harness.scripted import Script, ScriptedChatModel, ScriptSession
@@ -58,7 +59,10 @@ VARIANTS = {  # name -> the chain's grammar mode (None: no chain)
 
 async def _one_run(steps: int, strict: bool | None, workspace: Path) -> float:
     model = ScriptedChatModel(script=_script(steps), session=ScriptSession(uuid.uuid4().hex[:8])).for_agent("lead")
-    middleware = [] if strict is None else build_agent_chain("lead", LIFTED, strict_grammar=strict).for_agent()
+    # The default lead has the task tool, so its chain carries SubagentLimit too.
+    middleware = [] if strict is None else build_agent_chain(
+        "lead", LIFTED, strict_grammar=strict, delegation=SubagentsConfig()
+    ).for_agent()
     graph = create_agent(model, build_tools(bash_enabled=False), middleware=middleware,
                          system_prompt="Benchmark agent.", context_schema=RunContext,
                          checkpointer=InMemorySaver(), name="lead")
