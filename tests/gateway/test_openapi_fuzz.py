@@ -4,9 +4,9 @@ every answer must be one the schema describes (status code, content type, body).
 
 Its own server, not the shared one: the fuzzer creates threads, assistants and store items that
 would change what the other tests count. Bounded so it fits the suite: a fixed seed, deterministic
-generation, ``MAX_EXAMPLES`` per operation in the fuzzing phase (the examples and coverage phases
-add their own few cases), a ``REQUEST_TIMEOUT_S`` per request and ``MAX_STREAM_EVENTS`` per
-event stream. Nothing is excluded: a stream (``/stream``, ``/threads/{id}/stream``, which follows
+generation, ``MAX_EXAMPLES`` per operation in the fuzzing phase (valid and invalid requests; the
+examples phase adds the schema's own), a ``REQUEST_TIMEOUT_S`` per request and
+``MAX_STREAM_EVENTS`` per event stream. Nothing is excluded: a stream (``/stream``, ``/threads/{id}/stream``, which follows
 a thread until the client leaves) is read until that many events or that timeout, whichever comes
 first, and counts as answered; ``/wait`` and ``/join`` return once their run ends (runs of the
 scripted graphs end in well under the timeout).

@@ -133,6 +133,20 @@ def _check_target(scope: Scope) -> None:
         _check_string(value, (key,))
 
 
+_FILTER_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_filter_keys(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A metadata filter (store search, thread history) whose keys the SQL backends accept (they
+    become JSON paths in SQL; SQLite raised on ``""``, a 500 the fuzzer found). Held on every
+    backend, so a filter that works on memory keeps working on SQLite and PostgreSQL. For a
+    pydantic ``field_validator``: raises ``ValueError`` naming the key."""
+    bad = [key for key in value or {} if not _FILTER_KEY.match(key)]
+    if bad:
+        raise ValueError(f"key {bad[0][:100]!r} must be letters, digits, '_', '.', '-'")
+    return value
+
+
 def publish_segment_shape(openapi: dict[str, Any]) -> dict[str, Any]:
     """``openapi`` with every path parameter's schema stating the id shape ``_check_target``
     enforces (in place; applying it twice changes nothing)."""

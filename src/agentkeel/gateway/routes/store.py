@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Response
 from langgraph.store.base import InvalidNamespaceError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE
+from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, check_filter_keys
 from agentkeel.gateway.runtime_dep import RuntimeDep
 
 router = APIRouter()
@@ -39,6 +39,8 @@ class ItemSearch(BaseModel):
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
     query: str | None = None
     refresh_ttl: bool | None = None
+
+    _filter_keys = field_validator("filter")(check_filter_keys)
 
 
 class NamespaceSearch(BaseModel):
