@@ -17,6 +17,7 @@ from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, check_filter_ke
 from agentkeel.gateway.runtime_dep import RuntimeDep
 
 router = APIRouter()
+FILTER_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})  # LangGraph's store filters
 
 
 class ItemPut(BaseModel):
@@ -41,6 +42,17 @@ class ItemSearch(BaseModel):
     refresh_ttl: bool | None = None
 
     _filter_keys = field_validator("filter")(check_filter_keys)
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_operators(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A dict value is a set of comparisons; the stores raised on any other operator (a 500
+        the fuzzer found)."""
+        for key, condition in (value or {}).items():
+            unknown = sorted(set(condition) - FILTER_OPERATORS) if isinstance(condition, dict) else []
+            if unknown:
+                raise ValueError(f"{key}: unknown operator {unknown[0][:100]!r}; known: {sorted(FILTER_OPERATORS)}")
+        return value
 
 
 class NamespaceSearch(BaseModel):
