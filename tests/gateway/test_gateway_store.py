@@ -61,6 +61,9 @@ async def test_put_get_search_list_delete(keel: Keel) -> None:
         ("DELETE", "/store/items", {"namespace": ["x.y"], "key": "k"}, "namespace"),
         ("POST", "/store/items/search", {"namespace_prefix": ["a.b"]}, "namespace_prefix"),
         ("POST", "/store/items/search", {"limit": -1}, "limit"),
+        ("POST", "/store/items/search", {"filter": {"": 1}}, "filter"),  # a 500 on SQLite, found by the fuzzer
+        ("POST", "/store/items/search", {"filter": {"a b": 1}}, "filter"),
+        ("POST", "/store/items/search", {"filter": {"n": {"$near": 1}}}, "filter"),  # a 500 on SQLite too
         ("POST", "/store/namespaces", {"prefix": ["a.b"]}, "prefix"),
         ("POST", "/store/namespaces", {"max_depth": 0}, "max_depth"),
     ],

@@ -65,6 +65,8 @@ async def test_state_at_head_and_at_checkpoints(keel: Keel) -> None:
     inputs = (await http.post("/threads/t-s/history", json={"metadata": {"source": "input"}})).json()
     assert [h["metadata"]["source"] for h in inputs] == ["input", "input"]
     assert (await http.get("/threads/t-s/history", params={"limit": 0})).status_code == 422
+    bad_key = await http.post("/threads/t-s/history", json={"metadata": {"": 1}})  # a 500 on SQLite (the fuzzer)
+    assert bad_key.status_code == 422 and "metadata" in bad_key.text, bad_key.text
 
 
 async def test_interrupted_state_and_select(keel: Keel) -> None:

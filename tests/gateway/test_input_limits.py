@@ -25,6 +25,7 @@ from server_support import KeelServer, free_port, wait_until
 
 from agentkeel.config import GatewayConfig, KeelConfig
 from agentkeel.gateway.app import create_app
+from agentkeel.gateway.errors import ErrorBody
 from agentkeel.gateway.input_limits import InputRefused, check_json
 
 BIG = 2**63
@@ -192,18 +193,28 @@ async def test_oversized_bodies_are_refused_without_buffering(http: httpx.AsyncC
 
 
 async def test_refusals_keep_the_connection(http: httpx.AsyncClient) -> None:
+    """Every kind of refusal, each from a different layer, on one HTTP/1.1 connection: each is an
+    ``ErrorBody`` (what OpenAPI publishes for every 4xx/5xx) and none closes the connection."""
     first = await http.get("/ok")
     port = local_port(first)
+    thread_id = await new_thread(http)
     answers = [
         await http.post("/threads", content=b"{" + b" " * (3 * MiB) + b"}"),  # 413
         await http.post("/threads", json={"metadata": {"k": "\x00"}}),  # 422 from the limits
         await http.post("/threads", json={"if_exists": "sometimes"}),  # 422 from the route's model
+        await http.post("/threads", content=b'{"metadata": '),  # 422: not JSON
         await http.get(f"/threads/{uuid.uuid4()}"),  # 404
+        await http.post("/threads", json={"thread_id": thread_id}),  # 409: exists
+        await http.get("/ok", headers={"Host": "evil.example"}),  # 400 from the Host check
+        await http.put("/threads/search", json={}),  # 405 from the router
     ]
-    assert [a.status_code for a in answers] == [413, 422, 422, 404]
-    last = await http.get("/ok")
+    assert [a.status_code for a in answers] == [413, 422, 422, 422, 404, 409, 400, 405]
+    for answer in answers:
+        body = ErrorBody.model_validate(answer.json())
+        assert body.detail, answer.text
+    last = await http.post("/threads", json={})
     assert last.status_code == 200
-    assert {local_port(a) for a in [*answers, last]} == {port}
+    assert {local_port(a) for a in [first, *answers, last]} == {port}
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ Browser clients: the ``Host`` check (``hosts``) wraps everything, so a DNS-rebin
 refused before CORS or any route sees its request. Inside it CORS (``cors``) wraps the rest, so a
 4xx answer is readable cross-origin too; request bodies are JSON whatever their content type
 (``json_bodies``) and bounded in size, depth and content before any route runs
-(``input_limits``), and an unexpected failure is a JSON 500 that keeps the connection open
+(``input_limits``, which also publishes the id shape of path segments in OpenAPI), and an unexpected failure is a JSON 500 that keeps the connection open
 (``errors.InternalErrors``, innermost, so CORS headers reach it too).
 
 The threads, assistants and store routers come from modules written alongside this one; each is
@@ -22,6 +22,7 @@ import contextlib
 import importlib
 from collections.abc import AsyncIterator
 from types import ModuleType
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -29,9 +30,9 @@ import agentkeel
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.cors import install_cors
 from agentkeel.gateway.deps import Gateway, Metrics
-from agentkeel.gateway.errors import InternalErrors, install_error_handlers
+from agentkeel.gateway.errors import ERROR_RESPONSES, InternalErrors, install_error_handlers, publish_error_body
 from agentkeel.gateway.hosts import HostCheck, allowed_names
-from agentkeel.gateway.input_limits import InputLimits
+from agentkeel.gateway.input_limits import InputLimits, publish_segment_shape
 from agentkeel.gateway.json_bodies import JsonBodies
 from agentkeel.gateway.routes import meta, runs
 from agentkeel.harness.agents import Harness
@@ -69,7 +70,7 @@ def create_app(
             finally:
                 await gw.drain()
 
-    app = FastAPI(title="AgentKeel", version=agentkeel.__version__, lifespan=lifespan)
+    app = FastAPI(title="AgentKeel", version=agentkeel.__version__, lifespan=lifespan, responses=ERROR_RESPONSES)
     if given is not None:
         app.state.gateway = given
     install_error_handlers(app)
@@ -82,6 +83,11 @@ def create_app(
     app.include_router(runs.router)
     for module in _installed_routers():
         app.include_router(module.router)
+
+    def openapi() -> dict[str, Any]:
+        return publish_error_body(publish_segment_shape(FastAPI.openapi(app)))  # FastAPI builds it once, caches it
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

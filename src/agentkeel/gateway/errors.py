@@ -1,5 +1,11 @@
 """How failures become HTTP answers: always JSON ``{"detail": ...}``, never a traceback.
 
+Every 4xx and 5xx body has one shape, ``ErrorBody``: ``detail`` (the message, which names the
+offending field, since clients such as the LangGraph SDKs show only ``detail``) and, when one
+field is at fault, ``field`` (``config.recursion_limit``, ``Host``, ``body``). ``ERROR_RESPONSES``
+publishes that shape in OpenAPI for every route at once (``create_app`` hands it to the app), in
+place of FastAPI's default 422 schema, which describes a list this gateway never sends.
+
 The status codes follow the LangGraph server (the SDKs map them to exception classes): 404 for a
 missing thread, run or assistant; 409 for a busy thread under ``reject``; 422 for an invalid body
 (naming the field); 503 while shutting down, and for a stream this process has no subscriber
@@ -20,6 +26,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentkeel.harness.agents import UnknownAssistant
@@ -33,6 +40,34 @@ log = logging.getLogger(__name__)
 BUSY_THREAD = (
     "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
 )
+
+
+class ErrorBody(BaseModel):
+    """The body of every 4xx and 5xx answer (from the handlers below, ``HTTPException``,
+    ``input_limits``, ``hosts`` and Starlette's own 404/405)."""
+
+    detail: str = Field(description="What was refused and why; names the field when one is at fault.")
+    field: str | None = Field(
+        default=None, description="The offending field (dotted path, 'body', or a header name); absent otherwise."
+    )
+
+
+# Declared on every route (the app's ``responses``): OpenAPI range keys, so a status added later
+# is described too, and FastAPI no longer adds its ``HTTPValidationError`` 422. Always JSON, even
+# on a route whose success is text or a stream, hence ``content`` rather than FastAPI's ``model``
+# (which takes the route's media type); ``publish_error_body`` adds the schema it refers to.
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"description": "Refused: the request is invalid, names something missing, or conflicts.",
+            "content": _ERROR_CONTENT},
+    "5XX": {"description": "Unavailable (503, retry later) or an unexpected failure (500).", "content": _ERROR_CONTENT},
+}
+
+
+def publish_error_body(openapi: dict[str, Any]) -> dict[str, Any]:
+    """``openapi`` with the ``ErrorBody`` schema that ``ERROR_RESPONSES`` refers to (in place)."""
+    openapi.setdefault("components", {}).setdefault("schemas", {})["ErrorBody"] = ErrorBody.model_json_schema()
+    return openapi
 
 
 class NotFound(LookupError):

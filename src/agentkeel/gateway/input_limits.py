@@ -14,6 +14,8 @@ after something had been stored. So every request passes through ``InputLimits``
   ``metadata`` larger than ``gateway.max_metadata_bytes`` serialized: 422 naming the field;
 - query parameters with a NUL character, and path segments that are not an id (1-128 letters,
   digits, ``_``, ``.``, ``-``; the segment after ``threads`` is named ``thread_id``, and so on): 422.
+  ``publish_segment_shape`` writes that shape into OpenAPI on every path parameter, so clients
+  and fuzzers see the rule the gateway enforces.
 
 A body that is not JSON at all passes through unchanged, so FastAPI answers it as it always did.
 The body is parsed twice (here and by FastAPI): bounded by the size limit, that costs little next
@@ -129,6 +131,32 @@ def _check_target(scope: Scope) -> None:
     for key, value in parse_qsl(query, keep_blank_values=True):
         _check_string(key, (key,))
         _check_string(value, (key,))
+
+
+_FILTER_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_filter_keys(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A metadata filter (store search, thread history) whose keys the SQL backends accept (they
+    become JSON paths in SQL; SQLite raised on ``""``, a 500 the fuzzer found). Held on every
+    backend, so a filter that works on memory keeps working on SQLite and PostgreSQL. For a
+    pydantic ``field_validator``: raises ``ValueError`` naming the key."""
+    bad = [key for key in value or {} if not _FILTER_KEY.match(key)]
+    if bad:
+        raise ValueError(f"key {bad[0][:100]!r} must be letters, digits, '_', '.', '-'")
+    return value
+
+
+def publish_segment_shape(openapi: dict[str, Any]) -> dict[str, Any]:
+    """``openapi`` with every path parameter's schema stating the id shape ``_check_target``
+    enforces (in place; applying it twice changes nothing)."""
+    for operations in openapi.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path":
+                    title = parameter.get("schema", {}).get("title")
+                    parameter["schema"] = {"type": "string", "pattern": _SEGMENT.pattern, **({"title": title} if title else {})}
+    return openapi
 
 
 class InputLimits:

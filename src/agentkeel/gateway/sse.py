@@ -36,6 +36,13 @@ from agentkeel.runtime.observe import RUN_RECORD_EVENT, observe
 
 log = logging.getLogger(__name__)
 
+# The route arguments of an endpoint answering with ``event_stream``: OpenAPI then says
+# ``text/event-stream`` for its 200, not FastAPI's default JSON (errors stay JSON: ``ErrorBody``).
+STREAM_ROUTE: dict[str, Any] = {
+    "response_class": EventSourceResponse,
+    "responses": {200: {"description": "Server-sent events (docs/api.md)", "content": {"text/event-stream": {}}}},
+}
+
 
 def event_stream(
     gw: Gateway,

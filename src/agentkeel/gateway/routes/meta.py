@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
 
 import agentkeel
 from agentkeel.gateway.deps import Gateway, gateway
@@ -40,7 +41,16 @@ async def info() -> dict[str, Any]:
     }
 
 
-@router.get("/readyz")
+class Readiness(BaseModel):
+    """``/readyz``'s body, 200 or 503 alike: a probe reads why it is not ready."""
+
+    ok: bool
+    store: str  # "ok", or why the run store did not answer
+    stream: str
+    draining: bool
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "Not ready"}})
 async def readyz(gw: GW) -> JSONResponse:
     checks = {
         "store": _probe(gw.runtime.store.get_thread(_PROBE_ID)),
@@ -62,7 +72,7 @@ async def _probe(check: Any) -> str:
     return "ok"
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(gw: GW) -> PlainTextResponse:
     m = gw.metrics
     lines: list[str] = []

@@ -23,7 +23,7 @@ from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import BUSY_THREAD, NotFound
 from agentkeel.gateway.input_limits import MAX_OFFSET
 from agentkeel.gateway.schemas import RunCreate, RunsCancel, StatelessRunCreate
-from agentkeel.gateway.sse import event_stream, json_when_done, until_end
+from agentkeel.gateway.sse import STREAM_ROUTE, event_stream, json_when_done, until_end
 from agentkeel.gateway.threads_view import thread_view
 from agentkeel.runtime.assistants import resolve_assistant
 from agentkeel.runtime.bridge import LIVE
@@ -215,7 +215,7 @@ async def create_run(thread_id: str, body: RunCreate, gw: GW, response: Response
     return run_json(record)
 
 
-@router.post("/threads/{thread_id}/runs/stream")
+@router.post("/threads/{thread_id}/runs/stream", **STREAM_ROUTE)
 async def stream_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record = await _admit(gw, body, thread_id, must_exist=True)
@@ -259,7 +259,7 @@ async def delete_run(thread_id: str, run_id: str, gw: GW) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel")
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel", responses={202: {"description": "Cancellation requested (wait=false)"}})
 async def cancel_run(
     thread_id: str,
     run_id: str,
@@ -288,7 +288,8 @@ async def join_run(thread_id: str, run_id: str, gw: GW, cancel_on_disconnect: bo
     return _join(gw, record, _run_path(record), cancel_on_disconnect)
 
 
-@router.api_route("/threads/{thread_id}/runs/{run_id}/stream", methods=["GET", "POST"])
+@router.get("/threads/{thread_id}/runs/{run_id}/stream", **STREAM_ROUTE)
+@router.post("/threads/{thread_id}/runs/{run_id}/stream", **STREAM_ROUTE)
 async def join_stream(
     thread_id: str,
     run_id: str,
@@ -332,7 +333,7 @@ async def create_stateless_run(body: StatelessRunCreate, gw: GW, response: Respo
     return run_json(record)
 
 
-@router.post("/runs/stream")
+@router.post("/runs/stream", **STREAM_ROUTE)
 async def stream_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
     record, _cleanup = await _admit_stateless(gw, body)
@@ -398,7 +399,8 @@ async def join_stateless_run(run_id: str, gw: GW, cancel_on_disconnect: bool = F
     return _join(gw, record, _run_path(record, stateless=True), cancel_on_disconnect)
 
 
-@router.api_route("/runs/{run_id}/stream", methods=["GET", "POST"])
+@router.get("/runs/{run_id}/stream", **STREAM_ROUTE)
+@router.post("/runs/{run_id}/stream", **STREAM_ROUTE)
 async def join_stateless_stream(
     run_id: str,
     gw: GW,

@@ -11,12 +11,13 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Response
 from langgraph.store.base import InvalidNamespaceError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE
+from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, check_filter_keys
 from agentkeel.gateway.runtime_dep import RuntimeDep
 
 router = APIRouter()
+FILTER_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})  # LangGraph's store filters
 
 
 class ItemPut(BaseModel):
@@ -39,6 +40,19 @@ class ItemSearch(BaseModel):
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
     query: str | None = None
     refresh_ttl: bool | None = None
+
+    _filter_keys = field_validator("filter")(check_filter_keys)
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_operators(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A dict value is a set of comparisons; the stores raised on any other operator (a 500
+        the fuzzer found)."""
+        for key, condition in (value or {}).items():
+            unknown = sorted(set(condition) - FILTER_OPERATORS) if isinstance(condition, dict) else []
+            if unknown:
+                raise ValueError(f"{key}: unknown operator {unknown[0][:100]!r}; known: {sorted(FILTER_OPERATORS)}")
+        return value
 
 
 class NamespaceSearch(BaseModel):

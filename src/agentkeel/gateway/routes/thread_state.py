@@ -11,9 +11,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 from langgraph.errors import InvalidUpdateError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from agentkeel.gateway.input_limits import MAX_PAGE
+from agentkeel.gateway.input_limits import MAX_PAGE, check_filter_keys
 from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.gateway.threads_view import (
     checkpoint_view,
@@ -59,6 +59,8 @@ class HistoryQuery(BaseModel):
     metadata: dict[str, Any] | None = None
     checkpoint: CheckpointRef | None = None
     select: list[str] | None = None
+
+    _metadata_keys = field_validator("metadata")(check_filter_keys)
 
 
 async def _state(

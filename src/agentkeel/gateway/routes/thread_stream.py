@@ -28,7 +28,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.render import ModeRenderer
-from agentkeel.gateway.sse import follow_run, rendered_frames, sse_frame
+from agentkeel.gateway.sse import STREAM_ROUTE, follow_run, rendered_frames, sse_frame
 from agentkeel.runtime.bridge import LIVE, EventKind, InvalidEventId, parse_event_id
 from agentkeel.runtime.observe import RUN_RECORD_EVENT
 from agentkeel.runtime.records import RunRecord, RunStatus
@@ -69,7 +69,7 @@ def _split_cursor(last_event_id: str | None) -> tuple[str | None, str]:
     return run_id, event_id
 
 
-@router.get("/threads/{thread_id}/stream")
+@router.get("/threads/{thread_id}/stream", **STREAM_ROUTE)
 async def thread_stream(
     thread_id: str,
     gw: Annotated[Gateway, Depends(gateway)],
