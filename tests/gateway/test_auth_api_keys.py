@@ -4,9 +4,12 @@ reaches the run (its ``kwargs.user`` and the graph's trusted ``RunContext.user``
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_auth_support import LOCAL_ORIGIN, auth_client, refused, whoami
 
 ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-fedcba9876543210"
@@ -95,3 +98,21 @@ async def test_identity_is_exposed_once_for_later_checks(tmp_path: Path) -> None
         assert (await http.get("/whoami-test", headers={"x-api-key": BOB})).json() == {
             "user": "bob", "admin": True, "permissions": ["admin"]}
         assert (await http.get("/whoami-test", headers={"x-api-key": ALICE})).json()["admin"] is False
+
+
+@settings(max_examples=300, deadline=None)
+@given(guess=st.binary(max_size=64), where=st.sampled_from(["x-api-key", "authorization"]))
+def test_no_other_key_passes(guess: bytes, where: str) -> None:
+    """Invariant: whatever bytes a caller sends, in either header, only a configured key is a user."""
+    from agentkeel.config import AuthConfig
+    from agentkeel.gateway.auth import ApiKeys, AuthFailure
+
+    keys = ApiKeys(AuthConfig(**KEYS), {"KEEL_KEY_ALICE": ALICE, "KEEL_KEY_BOB": BOB})
+    value = guess if where == "x-api-key" else b"Bearer " + guess
+    scope = {"type": "http", "headers": [(where.encode(), value)]}
+    expected = {ALICE.encode(): "alice", BOB.encode(): "bob"}.get(guess.strip() if where == "authorization" else guess)
+    try:
+        got: str | None = asyncio.run(keys(scope)).user_id
+    except AuthFailure:
+        got = None
+    assert got == expected

@@ -107,9 +107,9 @@ def test_langgraph_path_resolves_against_the_config_file(tmp_path: Path) -> None
     assert build_authenticator(config.auth, config.base_dir, {}) is not None
 
 
-def keel(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def keel(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTKEEL_", "KEEL_TEST_"))}
-    full.update({"COLUMNS": "200", "NO_COLOR": "1", **(env or {})})
+    full.update({"COLUMNS": "200", "NO_COLOR": "1"})
     return subprocess.run([sys.executable, "-m", "agentkeel.cli", *args], cwd=cwd, env=full,
                           capture_output=True, text=True, timeout=120)
 
@@ -125,5 +125,5 @@ def test_serve_with_auth_may_bind_beyond_loopback_but_not_with_a_missing_key(tmp
     assert "auth.api_keys.0.key_env: environment variable KEEL_TEST_KEY is not set" in result.stderr
     assert "no authentication" not in result.stderr and "Traceback" not in result.stderr
 
-    bad = keel("serve", "--config", "keel.yaml", "--port", "0", cwd=tmp_path, env={"AGENTKEEL_CONFIG": ""})
+    bad = keel("serve", "--config", "keel.yaml", "--port", "0", cwd=tmp_path)
     assert bad.returncode == 2 and "KEEL_TEST_KEY" in bad.stderr  # loopback too: never serves unprotected
