@@ -237,8 +237,11 @@ class AuthConfig(_Strict):
 
     @model_validator(mode="after")
     def _mode_settings(self) -> AuthConfig:
-        for key, mode in (("api_keys", "api_keys"), ("jwt", "jwt"), ("path", "langgraph")):
-            if key in self.model_fields_set and self.mode != mode:
+        jwt_set = any(v is not None for v in (self.jwt.secret_env, self.jwt.jwks_url, self.jwt.issuer, self.jwt.audience))
+        # By value, not by the keys given: a dumped config (every key, at its default) must reload.
+        for key, mode, given in (("api_keys", "api_keys", bool(self.api_keys)), ("jwt", "jwt", jwt_set),
+                                 ("path", "langgraph", self.path is not None)):
+            if given and self.mode != mode:
                 raise ValueError(f"{key}: set, but auth.mode is {self.mode!r} (it only applies to mode {mode!r})")
         if self.mode == "api_keys":
             if not self.api_keys:

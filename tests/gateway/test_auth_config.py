@@ -127,3 +127,17 @@ def test_serve_with_auth_may_bind_beyond_loopback_but_not_with_a_missing_key(tmp
 
     bad = keel("serve", "--config", "keel.yaml", "--port", "0", cwd=tmp_path)
     assert bad.returncode == 2 and "KEEL_TEST_KEY" in bad.stderr  # loopback too: never serves unprotected
+
+
+@pytest.mark.parametrize("auth", [
+    {},
+    {"mode": "api_keys", "api_keys": [{"user": "a", "key_env": "K1"}]},
+    {"mode": "jwt", "jwt": {"secret_env": "S", "audience": ["x", "y"]}},
+    {"mode": "jwt", "jwt": {"jwks_url": "https://idp.example/jwks", "issuer": "https://idp.example"}},
+    {"mode": "langgraph", "path": "./auth.py:auth"},
+])
+def test_a_dumped_config_reloads(tmp_path: Path, auth: dict[str, Any]) -> None:
+    """Every key at its value (defaults included) must load again: tools write configs this way."""
+    config = load(tmp_path, auth)
+    again = load(tmp_path, config.model_dump(mode="json")["auth"])
+    assert again.auth == config.auth
