@@ -175,6 +175,95 @@ class GatewayConfig(_Strict):
         return hosts
 
 
+HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
+PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
+
+
+class ApiKeyConfig(_Strict):
+    """One caller of ``auth.mode: api_keys``: its key is read from ``key_env`` at start-up, so the
+    config file itself holds no secret."""
+
+    user: str
+    key_env: str
+    permissions: list[str] = Field(default_factory=list)  # "admin" makes the caller an admin
+
+    @field_validator("user", "key_env")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
+class JwtConfig(_Strict):
+    """``auth.mode: jwt``: a shared secret (HS*) or the issuer's JWKS (RS*/PS*/ES*/EdDSA), never both."""
+
+    secret_env: str | None = None
+    jwks_url: str | None = None
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"])  # unset with secret_env: ["HS256"]
+    issuer: str | None = None
+    audience: str | list[str] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JwtConfig:
+        if self.secret_env is not None and self.jwks_url is not None:
+            raise ValueError("set exactly one of secret_env (HS*) and jwks_url (RS*/ES*), not both")
+        if self.secret_env is not None and "algorithms" not in self.model_fields_set:
+            self.algorithms = ["HS256"]
+        if not self.algorithms:
+            raise ValueError("algorithms: must not be empty")
+        unknown = sorted(set(self.algorithms) - HMAC_ALGORITHMS - PUBLIC_KEY_ALGORITHMS)
+        if unknown:
+            raise ValueError(f"algorithms: {unknown} not supported (HS*, RS*, PS*, ES*, EdDSA; never 'none')")
+        if self.jwks_url is not None and not self.jwks_url.startswith(("https://", "http://")):
+            raise ValueError(f"jwks_url: {self.jwks_url!r} is not an http(s) URL")
+        if self.secret_env is not None and not set(self.algorithms) <= HMAC_ALGORITHMS:
+            raise ValueError(f"algorithms: {self.algorithms} do not fit secret_env (a shared secret signs HS256/HS384/HS512)")
+        if self.jwks_url is not None and not set(self.algorithms) <= PUBLIC_KEY_ALGORITHMS:
+            raise ValueError(f"algorithms: {self.algorithms} do not fit jwks_url (public keys verify RS*/PS*/ES*/EdDSA)")
+        return self
+
+
+class AuthConfig(_Strict):
+    """Who may call the gateway (``auth:``); see docs/security.md. Settings of a mode other than
+    the chosen one are refused: a key list left under ``mode: none`` would look protected and not be.
+    What needs the environment or user code (key values, the secret, ``path``) is checked when the
+    gateway starts (``gateway/auth.py``), so a ``keel worker`` sharing this file needs none of it."""
+
+    mode: Literal["none", "api_keys", "jwt", "langgraph"] = "none"
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    jwt: JwtConfig = Field(default_factory=JwtConfig)
+    path: str | None = None  # mode langgraph: './auth.py:auth' (relative to the config file), a langgraph_sdk.Auth
+
+    @model_validator(mode="after")
+    def _mode_settings(self) -> AuthConfig:
+        jwt_set = any(v is not None for v in (self.jwt.secret_env, self.jwt.jwks_url, self.jwt.issuer, self.jwt.audience))
+        # By value, not by the keys given: a dumped config (every key, at its default) must reload.
+        for key, mode, given in (("api_keys", "api_keys", bool(self.api_keys)), ("jwt", "jwt", jwt_set),
+                                 ("path", "langgraph", self.path is not None)):
+            if given and self.mode != mode:
+                raise ValueError(f"{key}: set, but auth.mode is {self.mode!r} (it only applies to mode {mode!r})")
+        if self.mode == "api_keys":
+            if not self.api_keys:
+                raise ValueError("api_keys: mode api_keys needs at least one {user, key_env}")
+            for what in ("user", "key_env"):
+                values = [getattr(k, what) for k in self.api_keys]
+                duplicates = sorted({v for v in values if values.count(v) > 1})
+                if duplicates:
+                    raise ValueError(f"api_keys: duplicate {what}(s) {duplicates}")
+        if self.mode == "jwt" and (self.jwt.secret_env is None) == (self.jwt.jwks_url is None):
+            raise ValueError("jwt: set exactly one of secret_env (HS*) and jwks_url (RS*/ES*)")
+        if self.mode == "langgraph" and (not self.path or ":" not in self.path):
+            raise ValueError("path: mode langgraph needs path: './auth.py:auth' (a langgraph_sdk.Auth instance)")
+        return self
+
+    def secret_envs(self) -> list[str]:
+        """The environment variables holding this mode's secrets (redacted like model keys)."""
+        if self.mode == "api_keys":
+            return [k.key_env for k in self.api_keys]
+        return [self.jwt.secret_env] if self.mode == "jwt" and self.jwt.secret_env else []
+
+
 GENERAL_PURPOSE = "general-purpose"
 """The subagent type that always exists (its settings may be overridden under ``subagents.types``)."""
 
@@ -252,6 +341,7 @@ class KeelConfig(_Strict):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     # Where relative paths (scripts, graphs, data_dir, skills_dir) resolve; not a config key.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

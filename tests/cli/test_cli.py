@@ -144,6 +144,7 @@ def test_serve_refuses_a_non_loopback_host_without_auth(tmp_path: Path) -> None:
         result = keel("serve", "--host", host, "--port", "0", cwd=tmp_path)
         assert result.returncode == 2, host
         assert "no authentication" in result.stderr and "--insecure" in result.stderr
+        assert "auth.mode" in result.stderr  # the other way out: configure authentication
         assert "Traceback" not in result.stderr
     assert not (tmp_path / ".agentkeel").exists()  # refused before anything was set up
 

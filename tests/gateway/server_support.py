@@ -186,6 +186,7 @@ def write_project(
     stream: str = "memory",
     gateway: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
+    auth: dict[str, Any] | None = None,
 ) -> Path:
     """Write config, graphs and script into ``root``; return the config path.
 
@@ -210,6 +211,7 @@ def write_project(
         "graphs": {name: f"./graphs.py:{name}" for name in GRAPH_NAMES},
         "limits": {"stream_heartbeat_s": 1, "max_recursion_limit": 2000, **(limits or {})},
         "gateway": {"heartbeat_s": 1, "wait_keepalive_s": 0.5, "drain_s": 2, **(gateway or {})},
+        **({"auth": auth} if auth else {}),
     }
     path = root / "keel.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -265,12 +267,14 @@ class KeelServer:
 
 
 def start_server(
-    config: Path, *, port: int | None = None, host: str = "127.0.0.1", timeout: float = 40.0
+    config: Path, *, port: int | None = None, host: str = "127.0.0.1", timeout: float = 40.0,
+    env_extra: dict[str, str] | None = None,
 ) -> KeelServer:
-    """Start ``python -m agentkeel.cli serve`` and return once ``/ok`` answers."""
+    """Start ``python -m agentkeel.cli serve`` and return once ``/ok`` answers (``env_extra``: more
+    environment for the child, such as the variables ``auth.api_keys`` names)."""
     port = port or free_port()
     log = config.parent / f"server-{port}.log"
-    env = {k: v for k, v in os.environ.items() if k not in _OVERRIDING_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in _OVERRIDING_ENV} | (env_extra or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
     command = [sys.executable, "-m", "agentkeel.cli", "serve", "--config", str(config),
                "--host", host, "--port", str(port)]

@@ -41,10 +41,22 @@ def _setup(path: Path | None) -> tuple[KeelConfig, Harness]:
     """The validated config and its harness (models, graphs and middleware chains, built once and
     handed to the runtime): a broken reference or a chain that breaks a contract is a clear
     message and exit 2, not a traceback."""
+    config = _config(path)
+    return config, _harness(config)
+
+
+def _config(path: Path | None) -> KeelConfig:
     try:
-        config = load_config(path)
-        return config, Harness(config, config.checkpoint_mode)
-    except (ValueError, ScriptError) as exc:  # ConfigError, GraphLoadError, ChainError, bad scripts
+        return load_config(path)
+    except ValueError as exc:  # ConfigError
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+
+
+def _harness(config: KeelConfig) -> Harness:
+    try:
+        return Harness(config, config.checkpoint_mode)
+    except (ValueError, ScriptError) as exc:  # GraphLoadError, ChainError, bad scripts
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
 
@@ -217,20 +229,22 @@ def serve(
     no_worker: Annotated[bool, typer.Option(
         "--no-worker", help="Serve HTTP only; `keel worker` processes execute the runs.")] = False,
     insecure: Annotated[bool, typer.Option(
-        "--insecure", help="Allow a non-loopback --host although the API has no authentication.")] = False,
+        "--insecure", help="Allow a non-loopback --host although auth.mode is none.")] = False,
 ) -> None:
     """The HTTP gateway (LangGraph Agent Server API) until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.serve import serve_gateway  # the web stack loads only for this command
 
-    if not is_loopback_host(host) and not insecure:
+    cfg = _config(config)
+    if not is_loopback_host(host) and not insecure and cfg.auth.mode == "none":
         err.print(
             f"[red]--host {host!r} would expose the API beyond this machine, and the API has no "
-            "authentication: anyone who can reach the port could read every thread and run any "
-            "agent. Bind a loopback address (127.0.0.1), or pass --insecure if a proxy in front "
-            "authenticates every request (and list the names clients use in gateway.allowed_hosts).[/]"
+            "authentication (auth.mode: none): anyone who can reach the port could read every thread "
+            "and run any agent. Bind a loopback address (127.0.0.1), configure auth (auth.mode: api_keys, "
+            "jwt or langgraph), or pass --insecure if a proxy in front authenticates every request (and "
+            "list the names clients use in gateway.allowed_hosts).[/]"
         )
         raise typer.Exit(2)
-    cfg, harness = _setup(config)
+    harness = _harness(cfg)
     _warn_unusable(harness)
     raise typer.Exit(serve_gateway(cfg, harness, host, port, log_level, worker=not no_worker))
 

@@ -27,6 +27,7 @@ from sse_starlette.sse import AppStatus
 from agentkeel.cli.worker import FORCE_EXIT_S, arm_force_exit
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.app import create_app
+from agentkeel.gateway.auth import AuthSetupError
 from agentkeel.gateway.deps import Gateway
 from agentkeel.harness.agents import Harness
 
@@ -86,10 +87,14 @@ def serve_gateway(
     config: KeelConfig, harness: Harness, host: str, port: int, log_level: str = "warning",
     *, worker: bool = True,
 ) -> int:
-    """Serve until a signal; 0 after a clean drain."""
+    """Serve until a signal; 0 after a clean drain, 2 when ``auth:`` cannot be put to work."""
     # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
-    app = create_app(config, harness=harness, worker=worker, bound_host=host)
+    try:
+        app = create_app(config, harness=harness, worker=worker, bound_host=host)
+    except AuthSetupError as exc:  # a key variable unset, auth.path not an Auth: said before serving
+        typer.secho(str(exc), err=True, fg="red")
+        return 2
     server = GatewayServer(
         uvicorn.Config(
             app, host=host, port=port, lifespan="on", log_level=log_level,

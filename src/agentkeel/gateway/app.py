@@ -28,6 +28,7 @@ from fastapi import FastAPI
 
 import agentkeel
 from agentkeel.config import KeelConfig
+from agentkeel.gateway.auth import install_auth
 from agentkeel.gateway.cors import install_cors
 from agentkeel.gateway.deps import Gateway, Metrics
 from agentkeel.gateway.errors import ERROR_RESPONSES, InternalErrors, install_error_handlers, publish_error_body
@@ -77,6 +78,7 @@ def create_app(
     app.add_middleware(InternalErrors)
     app.add_middleware(JsonBodies)
     app.add_middleware(InputLimits, config=config.gateway)
+    install_auth(app, config)  # inside CORS (a preflight has no credentials), before any body is read
     install_cors(app, config.gateway.cors)  # outside the rest, so refusals get CORS headers too
     app.add_middleware(HostCheck, allowed=allowed_names(config.gateway.allowed_hosts, bound_host))  # outermost
     app.include_router(meta.router)

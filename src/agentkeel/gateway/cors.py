@@ -6,8 +6,8 @@ every response header that is not listed as exposed. Without this, the request n
 browser, and the SDK cannot read the run id (``Content-Location``) or its reconnect target
 (``Location``).
 
-Default: any loopback origin, any port. The gateway has no authentication, so allowing every
-origin by default would let any web page the user visits start runs on a local agent; ``["*"]``
+Default: any loopback origin, any port. Authentication is off by default (``auth.mode: none``), so
+allowing every origin by default would let any web page the user visits start runs on a local agent; ``["*"]``
 is one config line away for those who want it (``gateway.cors.allow_origins``).
 """
 

@@ -62,9 +62,10 @@ class RunCreate(BaseModel):
             raise ValueError("not supported by AgentKeel (leave it unset)")
         return value
 
-    def to_request(self, thread_id: str, assistant: AssistantTarget) -> RunRequest:
-        """The runtime request for a run on ``thread_id`` (the URL's id always wins). There is no
-        authentication yet, so ``RunRequest.user`` stays empty: nothing in a body can set it."""
+    def to_request(self, thread_id: str, assistant: AssistantTarget, user: str | None = None) -> RunRequest:
+        """The runtime request for a run on ``thread_id`` (the URL's id always wins). ``user`` is
+        the authenticated caller (``gateway/auth.py``; ``None`` without authentication): nothing
+        in a body can set ``RunRequest.user``."""
         if self.context and (self.config or {}).get("configurable"):
             raise RequestError(
                 "context", "give either context or config.configurable, not both", "not_allowed"
@@ -86,6 +87,7 @@ class RunCreate(BaseModel):
             interrupt_after=self.interrupt_after,
             durability=self._durability(),
             after_seconds=self.after_seconds,
+            user=user,
         )
 
     def _input(self) -> Any:

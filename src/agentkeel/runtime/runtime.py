@@ -84,7 +84,7 @@ async def open_runtime(
     ``own`` (only the runs it admits), ``none`` (admits, controls and reads only)."""
     freeze_checkpoint_mode(config.checkpoint_mode)
     # The server's secrets never reach a record, a stream or a log line (redaction.py says where).
-    redaction.install(m.api_key_env for m in config.models if m.api_key_env)
+    redaction.install([*(m.api_key_env for m in config.models if m.api_key_env), *config.auth.secret_envs()])
     if harness is None:
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
     config.data_path.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 
+from agentkeel.gateway.auth import Identity, current_user
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import BUSY_THREAD, NotFound
 from agentkeel.gateway.input_limits import MAX_OFFSET
@@ -37,6 +38,7 @@ from agentkeel.runtime.threads import delete_thread
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["runs"])
 GW = Annotated[Gateway, Depends(gateway)]
+User = Annotated[Identity | None, Depends(current_user)]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
 StreamModes = Annotated[list[str] | None, Query()]
 CancelAction = Literal["interrupt", "rollback"]
@@ -66,13 +68,13 @@ def _run_path(record: RunRecord, stateless: bool = False) -> str:
 
 
 # -- admission -------------------------------------------------------------------------------------
-async def _admit(gw: Gateway, body: RunCreate, thread_id: str, *, must_exist: bool) -> RunRecord:
+async def _admit(gw: Gateway, body: RunCreate, thread_id: str, user: Identity | None, *, must_exist: bool) -> RunRecord:
     assistant = await resolve_assistant(gw.runtime, body.assistant_id)
     if must_exist and body.if_not_exists == "reject" and await gw.runtime.store.get_thread(thread_id) is None:
         raise NotFound("Thread or assistant not found.")
     # With if_not_exists=create the thread is created by admission itself, atomically with the
     # run: a request refused by validation leaves no thread behind.
-    request = body.to_request(thread_id, assistant)
+    request = body.to_request(thread_id, assistant, user.user_id if user is not None else None)
     if body.strict_resume and "resume" in (body.command or {}):
         await _require_waiting_interrupt(gw, thread_id)
     try:
@@ -97,7 +99,7 @@ async def _require_waiting_interrupt(gw: Gateway, thread_id: str) -> None:
         raise ConflictError(f"strict_resume: thread {thread_id} has no interrupt waiting for a resume")
 
 
-async def _admit_stateless(gw: Gateway, body: StatelessRunCreate) -> tuple[RunRecord, asyncio.Task[Any] | None]:
+async def _admit_stateless(gw: Gateway, body: StatelessRunCreate, user: Identity | None) -> tuple[RunRecord, asyncio.Task[Any] | None]:
     """Admit on the named thread or a new one; with ``on_completion=delete`` also start the task
     that, after END, reads the result and deletes the thread (only one this call created)."""
     named = ((body.config or {}).get("configurable") or {}).get("thread_id")
@@ -105,7 +107,7 @@ async def _admit_stateless(gw: Gateway, body: StatelessRunCreate) -> tuple[RunRe
     created = not named or await gw.runtime.store.get_thread(thread_id) is None
     if created and body.command is not None and "resume" in body.command:
         raise RequestError("command", "You must provide a thread_id when resuming.", "not_allowed")
-    record = await _admit(gw, body, thread_id, must_exist=False)
+    record = await _admit(gw, body, thread_id, user, must_exist=False)
     cleanup = None
     if created and body.on_completion == "delete":
         cleanup = gw.spawn(_result_then_delete(gw, record), name=f"agentkeel-temporary-{record.run_id}")
@@ -209,23 +211,23 @@ def _join_stream(
 
 # -- thread runs -----------------------------------------------------------------------------------
 @router.post("/threads/{thread_id}/runs")
-async def create_run(thread_id: str, body: RunCreate, gw: GW, response: Response) -> dict[str, Any]:
-    record = await _admit(gw, body, thread_id, must_exist=True)
+async def create_run(thread_id: str, body: RunCreate, gw: GW, user: User, response: Response) -> dict[str, Any]:
+    record = await _admit(gw, body, thread_id, user, must_exist=True)
     response.headers["Content-Location"] = _run_path(record)
     return run_json(record)
 
 
 @router.post("/threads/{thread_id}/runs/stream", **STREAM_ROUTE)
-async def stream_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+async def stream_run(thread_id: str, body: RunCreate, gw: GW, user: User) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record = await _admit(gw, body, thread_id, must_exist=True)
+    record = await _admit(gw, body, thread_id, user, must_exist=True)
     return _stream_new(gw, record, body, _run_path(record))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_run(thread_id: str, body: RunCreate, gw: GW) -> Response:
+async def wait_run(thread_id: str, body: RunCreate, gw: GW, user: User) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record = await _admit(gw, body, thread_id, must_exist=True)
+    record = await _admit(gw, body, thread_id, user, must_exist=True)
     return _wait_new(gw, record, body, _run_path(record), _result_after_end(gw, record.run_id))
 
 
@@ -327,23 +329,23 @@ async def run_changes(thread_id: str, run_id: str, gw: GW) -> list[dict[str, Any
 
 # -- stateless runs --------------------------------------------------------------------------------
 @router.post("/runs")
-async def create_stateless_run(body: StatelessRunCreate, gw: GW, response: Response) -> dict[str, Any]:
-    record, _cleanup = await _admit_stateless(gw, body)
+async def create_stateless_run(body: StatelessRunCreate, gw: GW, user: User, response: Response) -> dict[str, Any]:
+    record, _cleanup = await _admit_stateless(gw, body, user)
     response.headers["Content-Location"] = _run_path(record, stateless=True)
     return run_json(record)
 
 
 @router.post("/runs/stream", **STREAM_ROUTE)
-async def stream_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+async def stream_stateless_run(body: StatelessRunCreate, gw: GW, user: User) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record, _cleanup = await _admit_stateless(gw, body)
+    record, _cleanup = await _admit_stateless(gw, body, user)
     return _stream_new(gw, record, body, _run_path(record, stateless=True))
 
 
 @router.post("/runs/wait")
-async def wait_stateless_run(body: StatelessRunCreate, gw: GW) -> Response:
+async def wait_stateless_run(body: StatelessRunCreate, gw: GW, user: User) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record, cleanup = await _admit_stateless(gw, body)
+    record, cleanup = await _admit_stateless(gw, body, user)
     result = _shielded(cleanup) if cleanup is not None else _result_after_end(gw, record.run_id)
     return _wait_new(gw, record, body, _run_path(record, stateless=True), result)
 
