@@ -100,8 +100,6 @@ class SubagentExecutor:
         self.depth = depth  # of the agent this executor serves (0: the lead)
         self.levels = levels  # delegation levels still allowed below that agent
         self._slots = asyncio.Semaphore(max_concurrent)
-        self.in_flight = 0
-        self.peak_in_flight = 0
 
     async def run(
         self, description: str, prompt: str, subagent_type: str, task_id: str, ctx: RunContext,
@@ -152,13 +150,8 @@ class _ChildRun:
         executor = self.executor
         try:
             async with executor._slots, executor.capacity.slot():
-                executor.in_flight += 1
-                executor.peak_in_flight = max(executor.peak_in_flight, executor.in_flight)
-                try:
-                    await self._started(time.monotonic() - requested)
-                    await self._run_child()
-                finally:
-                    executor.in_flight -= 1
+                await self._started(time.monotonic() - requested)
+                await self._run_child()
         except asyncio.CancelledError:
             self.outcome.status = "cancelled"
             self.outcome.error = "the delegating run was stopped"
