@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.messages import BaseMessage
 from runtime_support import Backend, Keel
 
 import agentkeel.runtime.runtime as runtime_module
+from agentkeel.harness.scripted.model import ScriptedChatModel
 from agentkeel.runtime.bridge import open_bridge
 from agentkeel.runtime.checkpoints import mode as mode_module
 
@@ -65,3 +68,17 @@ async def keel(
                 await client.delete(*keys)
         finally:
             await client.aclose()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[BaseMessage]]]:
+    """Every request a scripted model answers, as it received it: (agent, messages)."""
+    seen: list[tuple[str, list[BaseMessage]]] = []
+    original = ScriptedChatModel._reply
+
+    def spy(self: ScriptedChatModel, call: Any, messages: Any) -> Any:
+        seen.append((call.agent, list(messages)))
+        return original(self, call, messages)
+
+    monkeypatch.setattr(ScriptedChatModel, "_reply", spy)
+    return seen

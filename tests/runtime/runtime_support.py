@@ -332,3 +332,7 @@ def recording_hook(seen: list[RunRecord]) -> Hook:
         seen.append(record)
 
     return hook
+
+
+def lead_requests(sent: list[tuple[str, list[BaseMessage]]]) -> list[list[BaseMessage]]:
+    return [messages for agent, messages in sent if agent == "lead"]

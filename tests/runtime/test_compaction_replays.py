@@ -28,6 +28,7 @@ from runtime_support import (
     call,
     finished,
     journal,
+    lead_requests,
     new_thread_id,
     start,
     thread_state,
@@ -37,7 +38,6 @@ from runtime_support import (
 
 from agentkeel.harness.durable import durable_values
 from agentkeel.harness.projection import DATA_ID
-from agentkeel.harness.scripted.model import ScriptedChatModel
 from agentkeel.harness.token_estimate import messages_tokens
 from agentkeel.runtime.checkpoints import mode as mode_module
 from agentkeel.runtime.records import RunStatus
@@ -47,24 +47,6 @@ pytestmark = backend_matrix(LIGHT_MATRIX)
 SUMMARY_CALLER = "middleware:summarization"
 INSTRUCTIONS = "You are the research lead. Work in /workspace and keep every note you write."
 LIFTED = 1_000_000
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[BaseMessage]]]:
-    """Every request a scripted model answers, as it received it: (agent, messages)."""
-    seen: list[tuple[str, list[BaseMessage]]] = []
-    original = ScriptedChatModel._reply
-
-    def spy(self: ScriptedChatModel, call: Any, messages: Any) -> Any:
-        seen.append((call.agent, list(messages)))
-        return original(self, call, messages)
-
-    monkeypatch.setattr(ScriptedChatModel, "_reply", spy)
-    return seen
-
-
-def lead_requests(sent: list[tuple[str, list[BaseMessage]]]) -> list[list[BaseMessage]]:
-    return [messages for agent, messages in sent if agent == "lead"]
 
 
 def limits(trigger: dict[str, int], keep: int, turns: int = 50) -> dict[str, Any]:

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from langchain_core.messages import BaseMessage
-from runtime_support import LIGHT_MATRIX, Keel, backend_matrix, call, finished, journal, new_thread_id, start, thread_state, turn
+from runtime_support import (
+    LIGHT_MATRIX,
+    Keel,
+    backend_matrix,
+    call,
+    finished,
+    journal,
+    lead_requests,
+    new_thread_id,
+    start,
+    thread_state,
+    turn,
+)
 
 from agentkeel.harness.durable import durable_values
 from agentkeel.harness.projection import DATA_ID
-from agentkeel.harness.scripted.model import ScriptedChatModel
 from agentkeel.runtime.records import RunStatus
 
 pytestmark = backend_matrix(LIGHT_MATRIX)
@@ -49,19 +59,6 @@ LEAD = [
 CHILD = [turn("Findings: three facts with sources.")]
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[BaseMessage]]]:
-    seen: list[tuple[str, list[BaseMessage]]] = []
-    original = ScriptedChatModel._reply
-
-    def spy(self: ScriptedChatModel, call: Any, messages: Any) -> Any:
-        seen.append((call.agent, list(messages)))
-        return original(self, call, messages)
-
-    monkeypatch.setattr(ScriptedChatModel, "_reply", spy)
-    return seen
-
-
 async def test_three_overlapping_batches_across_compaction_run_only_six_children(
     keel: Keel, sent: list[tuple[str, list[BaseMessage]]],
 ) -> None:
@@ -80,8 +77,7 @@ async def test_three_overlapping_batches_across_compaction_run_only_six_children
     # The script's ``expect:`` made every planning request after the first batch prove it listed
     # what was already delegated (a miss fails the run); after a compaction it comes from the
     # ledger in the durable-context data message and nowhere else.
-    lead = [messages for agent, messages in sent if agent == "lead"]
-    compacted = [r for r in lead if any(m.id == DATA_ID for m in r)]
+    compacted = [r for r in lead_requests(sent) if any(m.id == DATA_ID for m in r)]
     assert compacted, "the thread was never compacted: the replay proves nothing"
     for request in compacted:
         holders = {m.id for m in request if "LEDGER-1" in m.text}
