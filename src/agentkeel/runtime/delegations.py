@@ -50,9 +50,9 @@ async def close_run_delegations(
     values = snapshot.values or {}
     ledger = values.get("delegations") or []
     found = result_updates(values.get("messages") or [], ledger)
-    reported = {u.get("id") for u in found}
+    unreported = {e.get("id") for e in ledger if e.get("status") == "in_progress"} - {u.get("id") for u in found}
     found += [_settled(task_id, data, closed_as, reason) for task_id, data in (outcomes or {}).items()
-              if task_id not in reported and any(e.get("id") == task_id and e.get("status") == "in_progress" for e in ledger)]
+              if task_id in unreported]
     updates = [*found, *closing_updates(merge_delegations(ledger, found), reason=reason, run_id=run_id, status=closed_as)]
     if updates:
         await accessor.amutate(thread_id, {"delegations": updates}, label=CLOSE_NODE, metadata={"run_id": run_id})
