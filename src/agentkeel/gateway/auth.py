@@ -28,6 +28,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentkeel.config import AuthConfig, KeelConfig
@@ -73,14 +74,9 @@ class AuthSetupError(ValueError):
 Authenticator = Callable[[Scope], Awaitable[Identity]]
 
 
-def header(scope: Scope, name: bytes) -> str | None:
-    """The first value of header ``name`` (lower-case), decoded."""
-    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
-
-
 def bearer_token(scope: Scope) -> str | None:
     """The credential of ``Authorization: Bearer <token>`` (scheme case-insensitive)."""
-    value = header(scope, b"authorization")
+    value = Headers(scope=scope).get("authorization")
     scheme, _, token = (value or "").strip().partition(" ")
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
@@ -109,7 +105,7 @@ class ApiKeys:
             self._keys.append((_digest(value), identity))
 
     async def __call__(self, scope: Scope) -> Identity:
-        given = header(scope, b"x-api-key") or bearer_token(scope)
+        given = Headers(scope=scope).get("x-api-key") or bearer_token(scope)
         if not given:
             raise AuthFailure("missing API key: send it in the x-api-key header (or Authorization: Bearer <key>)")
         digest = _digest(given)

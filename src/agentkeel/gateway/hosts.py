@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -61,7 +62,7 @@ class HostCheck:
         if scope["type"] != "http" or self.allowed is None:
             await self.app(scope, receive, send)
             return
-        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        given = Headers(scope=scope).get("host")
         if given is not None and host_name(given) in self.allowed:
             await self.app(scope, receive, send)
             return
