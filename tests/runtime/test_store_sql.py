@@ -67,7 +67,7 @@ def _indexes(conn: Connection) -> dict[str, bool]:
 
 # -- migrations --------------------------------------------------------------------------------
 async def test_fresh_database_gets_the_schema_of_sql_schema(db: SqlDatabase) -> None:
-    assert await scalar(db, "SELECT version_num FROM alembic_version") == "0004"
+    assert await scalar(db, "SELECT version_num FROM alembic_version") == "0005"
     async with db.engine.connect() as conn:
         assert await conn.run_sync(_schema_diff) == []
         indexes = await conn.run_sync(_indexes)
@@ -93,7 +93,7 @@ async def test_concurrent_setup_of_one_database(sql_url: str) -> None:
     async with contextlib.AsyncExitStack() as stack:
         databases = [await stack.enter_async_context(sql_database(sql_url)) for _ in range(4)]
         await asyncio.gather(*(d.setup() for d in databases))
-        assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0004"
+        assert await scalar(databases[0], "SELECT version_num FROM alembic_version") == "0005"
 
 
 # -- invariants the database enforces ------------------------------------------------------------

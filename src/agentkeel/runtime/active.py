@@ -70,6 +70,13 @@ class ActiveRun:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     _enforcer: asyncio.Task[None] | None = None
 
+    def coordinate(self) -> dict[str, Any]:
+        """What an event published now is stamped with: the journal's coordinate once the
+        journal is open, else the run and attempt alone."""
+        if self.journal is not None:
+            return self.journal.coordinate()
+        return {"run_id": self.record.run_id, "attempt": self.record.attempt, "step": None, "journal_seq": 0}
+
     def request_abort(self, abort: AbortRequest) -> bool:
         """Record the first abort request and cancel the task; later requests change nothing."""
         if self.abort is not None:

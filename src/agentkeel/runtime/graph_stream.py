@@ -32,7 +32,7 @@ async def stream_graph(
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
-                await bridge.publish(run_id, name, to_jsonable(data, memo))
+                await bridge.publish(run_id, name, to_jsonable(data, memo), coordinate=active.coordinate())
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both
@@ -87,7 +87,8 @@ class TaskEventSink:
         if not self._wanted or self._active.fenced:
             return
         name = f"custom|{namespace}" if self._subgraphs and namespace else "custom"
-        await self._bridge.publish(self._run_id, name, to_jsonable(payload, {}))
+        await self._bridge.publish(self._run_id, name, to_jsonable(payload, {}),
+                                   coordinate=self._active.coordinate())
 
 
 def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:

@@ -99,6 +99,7 @@ class Journal:
         flush_ms: int = 250,
         max_buffer: int = 10_000,
         last_seq: int = 0,
+        attempt: int | None = None,
     ) -> None:
         if flush_every < 1 or max_buffer < flush_every:
             raise ValueError("need 1 <= flush_every <= max_buffer")
@@ -132,6 +133,12 @@ class Journal:
         self._tasks: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()  # one append in flight, in seq order
         self._fenced = False
+        # The coordinate every event is stamped with (see :meth:`coordinate`): the attempt writing,
+        # the root graph's superstep being executed (set by :meth:`at_step`), and the last seq
+        # recorded before each step began (what a checkpoint of the step before covers).
+        self.attempt = attempt
+        self._step: int | None = None
+        self._step_floor: dict[int, int] = {}
 
     @classmethod
     async def open(
@@ -143,6 +150,7 @@ class Journal:
         flush_every: int = 32,
         flush_ms: int = 250,
         max_buffer: int = 10_000,
+        attempt: int | None = None,
     ) -> Journal:
         """Open the run's journal; raises if the store cannot be read (a run error, not a warning).
 
@@ -163,7 +171,31 @@ class Journal:
             flush_ms=flush_ms,
             max_buffer=max_buffer,
             last_seq=last_seq,
+            attempt=attempt,
         )
+
+    # -- the coordinate ------------------------------------------------------------------------
+    def at_step(self, step: int) -> None:
+        """The root graph began superstep ``step``: every event from now on carries it. Called
+        when the step's first task starts (``JournalCallbackHandler.on_chain_start``), so it is
+        exact even though LangGraph writes the previous step's checkpoint in the background."""
+        with self._lock:
+            if self._step is None or step > self._step:
+                self._step = step
+                self._step_floor.setdefault(step, self._seq)
+
+    def coordinate(self) -> dict[str, Any]:
+        """``{run_id, attempt, step, journal_seq}`` now: what a stream event published at this
+        moment is stamped with (``journal_seq`` is the last seq recorded before it)."""
+        with self._lock:
+            return {"run_id": self.run_id, "attempt": self.attempt, "step": self._step,
+                    "journal_seq": self._seq}
+
+    def seq_through_step(self, step: int) -> int:
+        """The last seq recorded before superstep ``step + 1`` began (all of it, if that step
+        has not begun): the journal a checkpoint of step ``step`` covers."""
+        with self._lock:
+            return self._step_floor.get(step + 1, self._seq)
 
     # -- recording ---------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -288,7 +320,8 @@ class Journal:
         if seq is None:
             self._seq += 1
             seq = self._seq
-        return JournalEvent(self.run_id, self.thread_id, seq, kind, _json_safe(data), caller, utcnow())
+        return JournalEvent(self.run_id, self.thread_id, seq, kind, _json_safe(data), caller, utcnow(),
+                            attempt=self.attempt, step=self._step)
 
     def _buffer_event(self, kind: str, data: dict[str, Any] | None, caller: str | None, seq: int | None) -> int:
         """Append one event (under the lock) and start whatever write it makes due."""

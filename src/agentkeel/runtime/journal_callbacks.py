@@ -20,6 +20,7 @@ error's ``kind`` and HTTP ``status`` (:mod:`agentkeel.harness.provider_errors`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import time
@@ -77,6 +78,19 @@ class JournalCallbackHandler(BaseCallbackHandler):
         # Keyed by LangChain run id; dict get/set/pop are atomic, which is all the threads need.
         self._models: dict[UUID, _Started] = {}
         self._tools: dict[UUID, _Started] = {}
+
+    # -- steps -------------------------------------------------------------------------------
+    @_guarded
+    def on_chain_start(
+        self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
+        metadata: dict[str, Any] | None = None, **kwargs: Any,
+    ) -> None:
+        """A task of the root graph (its namespace has no ``|``: a subagent's nested graph has one)
+        starts: its superstep is the step every record from now on is stamped with."""
+        step = (metadata or {}).get("langgraph_step")
+        namespace = str((metadata or {}).get("langgraph_checkpoint_ns") or "")
+        if isinstance(step, int) and "|" not in namespace:
+            self._journal.at_step(step)
 
     # -- models ------------------------------------------------------------------------------
     @_guarded
@@ -153,6 +167,8 @@ class JournalCallbackHandler(BaseCallbackHandler):
                 or info.get("finish_reason"),
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
                 "estimated": estimated,
+                **_task_of(started),
+                "output": _output(message, meta),
             },
             caller=caller,
         )
@@ -174,6 +190,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
                 "status": info.status,
                 "message": str(error)[:2000],
                 "latency_ms": _elapsed_ms(started),
+                **_task_of(started),
             },
             caller=started.caller if started else caller_from_tags(tags),
         )
@@ -190,8 +207,11 @@ class JournalCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = (serialized or {}).get("name") or kwargs.get("name") or "unknown"
+        metadata = kwargs.get("metadata") or {}
+        task_id = metadata.get(TASK_ID_METADATA)
         self._tools[run_id] = _Started(
-            time.monotonic(), caller_from_tags(tags, kwargs.get("metadata")), str(name), kwargs.get("tool_call_id")
+            time.monotonic(), caller_from_tags(tags, metadata), str(name), kwargs.get("tool_call_id"),
+            task_id=task_id if isinstance(task_id, str) else None,
         )
 
     @_guarded
@@ -202,9 +222,10 @@ class JournalCallbackHandler(BaseCallbackHandler):
             status = "error" if message.status == "error" else "ok"
             call_id: str | None = message.tool_call_id
             size = _size(message.content)
+            digest = {"result_sha256": hashlib.sha256(_text(message.content).encode()).hexdigest()}
         else:
-            status, call_id, size = "ok", None, _size(output)
-        self._record_tool(started, kwargs, call_id, status, size)
+            status, call_id, size, digest = "ok", None, _size(output), {}
+        self._record_tool(started, kwargs, call_id, status, size, **digest)
 
     @_guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -231,10 +252,36 @@ class JournalCallbackHandler(BaseCallbackHandler):
                 "status": status,
                 "duration_ms": _elapsed_ms(started),
                 "result_size": result_size,
+                **_task_of(started),
                 **extra,
             },
             caller=started.caller if started else caller_from_tags(kwargs.get("tags")),
         )
+
+
+def _task_of(started: _Started | None) -> dict[str, str]:
+    """``{task_id}`` of a subagent's call (which child made it: the replay exporter gives each
+    child its own list), nothing for the lead's."""
+    return {"task_id": started.task_id} if started is not None and started.task_id else {}
+
+
+def _output(message: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """What the model answered, as ``keel replay --export`` needs it to answer again: the text,
+    every tool call (the invalid ones with their raw argument text) and the provider shape."""
+    if not isinstance(message, BaseMessage):
+        return {}
+    return {
+        "text": message.text,
+        "tool_calls": [{"id": c.get("id"), "name": c.get("name"), "args": c.get("args")}
+                       for c in getattr(message, "tool_calls", None) or []],
+        "invalid_tool_calls": [{"id": c.get("id"), "name": c.get("name"), "raw_args": c.get("args")}
+                               for c in getattr(message, "invalid_tool_calls", None) or []],
+        "provider": meta.get("model_provider"),
+    }
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, default=str, sort_keys=True)
 
 
 def _token_counts(message: Any, llm_output: dict[str, Any]) -> tuple[int, int]:

@@ -146,7 +146,8 @@ class Recovery:
         policy = "fail" if claimed.control is not None else self._policy(claimed)
         log.warning("run %s: owner %s lost (attempt %d); recovering with policy %s",
                     record.run_id, record.owner, record.attempt, policy)
-        journal = await Journal.open(self._journal_store, claimed.run_id, claimed.thread_id)
+        journal = await Journal.open(self._journal_store, claimed.run_id, claimed.thread_id,
+                                     attempt=claimed.attempt)
         journal.record("run.recovered", {
             "lost_owner": record.owner, "lost_attempt": record.attempt, "attempt": claimed.attempt,
             "owner": self._owner, "policy": policy,
@@ -186,7 +187,8 @@ class Recovery:
             data = entry.to_dict()
             journal.record("stop_reason", data, caller="worker", seq=data["seq"])
             reasons.append(data)
-            await self._bridge.publish(claimed.run_id, "stop_reason", data)  # a fault only degrades it
+            await self._bridge.publish(claimed.run_id, "stop_reason", data,  # a fault only degrades it
+                                       coordinate=journal.coordinate())
         completion = Completion(status, reasons, usage.as_dict(), error, acknowledges_control=True)
         await journal.flush()
         end = journal.unbuffered("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),

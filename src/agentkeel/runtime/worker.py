@@ -49,6 +49,7 @@ from agentkeel.runtime.checkpoints import (
     mark_checkpoint_mode,
     restore_rollback_point,
 )
+from agentkeel.runtime.checkpoints.stamping import StampingSaver
 from agentkeel.runtime.delegations import close_run_delegations
 from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
@@ -169,7 +170,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     record = active.record
     prepared = active.prepared
     state.journal = await Journal.open(
-        deps.journal_store, record.run_id, record.thread_id, flush_ms=deps.config.limits.journal_flush_ms
+        deps.journal_store, record.run_id, record.thread_id, flush_ms=deps.config.limits.journal_flush_ms,
+        attempt=record.attempt,
     )
     active.journal = state.journal
     state.started = True  # claimed: the record is ``running`` under this attempt's lease
@@ -186,7 +188,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         caller="worker",
     )
     await deps.store.set_thread_status(record.thread_id, "busy")
-    await deps.bridge.publish(record.run_id, "metadata", {"run_id": record.run_id, "attempt": record.attempt})
+    await deps.bridge.publish(record.run_id, "metadata", {"run_id": record.run_id, "attempt": record.attempt},
+                              coordinate=active.coordinate())
 
     config = mark_checkpoint_mode(dict(prepared.config), deps.checkpoint_mode)  # type: ignore[arg-type]
     config["callbacks"] = [JournalCallbackHandler(state.journal, state.usage)]
@@ -194,7 +197,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     if active.resumed_from is not None:
         lead = state.usage.as_dict()["by_agent"].get("lead") or {}
         config["metadata"][TURNS_DONE_KEY] = int(lead.get("calls", 0))
-    bound: dict[str, Any] = {"checkpointer": deps.checkpointer}
+    # Every checkpoint the run's graph (and its subagents' nested graphs) writes carries the coordinate.
+    bound: dict[str, Any] = {"checkpointer": StampingSaver(deps.checkpointer, state.journal)}
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store
     chain = deps.harness.chain(prepared.assistant) if prepared.assistant.kind == "agent" else None
@@ -271,7 +275,7 @@ async def _emit_stop_reason(deps: WorkerDeps, active: ActiveRun, state: _RunStat
 
 async def _publish(deps: WorkerDeps, active: ActiveRun, event: str, data: Any) -> None:
     try:
-        await deps.bridge.publish(active.record.run_id, event, data)
+        await deps.bridge.publish(active.record.run_id, event, data, coordinate=active.coordinate())
     except Exception:
         log.exception("run %s: publishing %s failed", active.record.run_id, event)
 

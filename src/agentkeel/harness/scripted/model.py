@@ -257,7 +257,7 @@ class ScriptedChatModel(BaseChatModel):
                 self._cursor = self.session.cursor(self.agent)
             cursor = self._cursor
         turn = cursor.advance()
-        entry = self.script.step(cursor.agent, turn)
+        entry = self.script.step(cursor.agent, turn, cursor.instance)
         if entry is None and self.script.fallback != FALLBACK_ERROR:
             entry = Turn(say=self.script.fallback)
         if entry is not None:

@@ -131,25 +131,39 @@ def _reachable(turns: list[Turn]) -> list[Turn]:
     return turns
 
 
+_INSTANCE_KEY = re.compile(r"[^#]+#(0|[1-9][0-9]{0,5})")
+
+
+def _agent_key(key: str) -> str:
+    """An agent name, or ``<name>#<instance>``: one instance's own list (what ``keel replay
+    --export`` writes, since two children of one type answered differently)."""
+    if "#" in key and not _INSTANCE_KEY.fullmatch(key):
+        raise ValueError(f"agent key {key!r}: an instance key is <name>#<instance number>, e.g. researcher#0")
+    return key
+
+
 class Script(_Strict):
     """A whole script: per-agent turn lists plus the settings that apply to every agent."""
 
     strict: bool = True
     fallback: str = "Done."
-    agents: dict[Annotated[str, Field(min_length=1)], Annotated[list[Turn], AfterValidator(_reachable)]] = Field(
-        default_factory=dict
-    )
+    agents: dict[Annotated[str, Field(min_length=1), AfterValidator(_agent_key)],
+                 Annotated[list[Turn], AfterValidator(_reachable)]] = Field(default_factory=dict)
 
-    def turns_for(self, agent: str) -> list[Turn]:
-        """The agent's own list, else the ``"*"`` list, else nothing (every call falls back)."""
+    def turns_for(self, agent: str, instance: int | None = None) -> list[Turn]:
+        """The instance's own list (``<agent>#<instance>``), else the agent's, else the ``"*"``
+        list, else nothing (every call falls back)."""
+        if instance is not None and f"{agent}#{instance}" in self.agents:
+            return self.agents[f"{agent}#{instance}"]
         if agent in self.agents:
             return self.agents[agent]
         return self.agents.get("*", [])
 
-    def step(self, agent: str, turn: int) -> Turn | None:
-        """The entry that plays the agent's ``turn``-th call (1-based), or ``None`` once exhausted."""
+    def step(self, agent: str, turn: int, instance: int | None = None) -> Turn | None:
+        """The entry that plays the ``turn``-th call (1-based) of the agent (of its ``instance``),
+        or ``None`` once exhausted."""
         remaining = turn - 1
-        for entry in self.turns_for(agent):
+        for entry in self.turns_for(agent, instance):
             if entry.repeat == "forever" or remaining < entry.repeat:
                 return entry
             remaining -= entry.repeat

@@ -34,7 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langgraph.errors import GraphRecursionError
 
-from agentkeel.harness.context import RunContext, TaskEvents
+from agentkeel.harness.context import JournalSink, RunContext, TaskEvents
 from agentkeel.harness.middleware.keys import SUBAGENT_TYPE_METADATA, TASK_ID_METADATA
 from agentkeel.harness.middleware.responses import text_of
 from agentkeel.harness.subagents.capacity import Capacity
@@ -54,6 +54,22 @@ class ChildAgent:
 
     graph: Any
     model_name: str
+
+
+class TaskJournal:
+    """The run's journal as one child's guards write to it: each record names the child's
+    ``task_id`` (unless it names one itself), so a reader can tell parallel children's
+    interventions and compactions apart (``runtime/timeline.py`` nests them under their task)."""
+
+    def __init__(self, inner: JournalSink, task_id: str) -> None:
+        self._inner = inner
+        self.task_id = task_id
+
+    def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int:
+        return self._inner.record(kind, {"task_id": self.task_id, **(data or {})}, caller)
+
+    async def write_through(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int:
+        return await self._inner.write_through(kind, {"task_id": self.task_id, **(data or {})}, caller)
 
 
 class ChildFactory(Protocol):
@@ -163,7 +179,8 @@ class _ChildRun:
     async def _run_child(self) -> None:
         started = time.monotonic()
         outcome = self.outcome
-        child_ctx = dataclasses.replace(self.ctx, stop_reasons=self.reasons, touches=self.touches)
+        journal = TaskJournal(self.ctx.journal, outcome.task_id) if self.ctx.journal is not None else None
+        child_ctx = dataclasses.replace(self.ctx, stop_reasons=self.reasons, touches=self.touches, journal=journal)
         config = self._child_config()
         try:
             deadline = asyncio.timeout(self.spec.timeout_s)

@@ -137,6 +137,13 @@ class StreamEvent:
     event: str
     raw: Any  # the data, or its JSON text when ``encoded``
     encoded: bool = False
+    at: str = ""  # the run coordinate the publisher stamped (JSON text), "" when none
+
+    @property
+    def coordinate(self) -> dict[str, Any] | None:
+        """``{run_id, attempt, step, journal_seq}`` at publish time (``runtime/timeline.py``
+        aligns the stream with the journal and checkpoints by it); never sent to SSE clients."""
+        return json.loads(self.at) if self.at else None
 
     @cached_property
     def data(self) -> Any:
@@ -188,9 +195,9 @@ def encode_data(data: Any) -> str:
     return json.dumps(data, default=str, separators=(",", ":"), ensure_ascii=False)
 
 
-def data_event(seq: int, event: str, payload: str) -> StreamEvent:
+def data_event(seq: int, event: str, payload: str, at: str = "") -> StreamEvent:
     """Both backends hand out decoded JSON, so a subscriber sees the same values on either."""
-    return StreamEvent(format_event_id(seq), seq, event, payload, encoded=True)
+    return StreamEvent(format_event_id(seq), seq, event, payload, encoded=True, at=at)
 
 
 def _marker(event: str, seq: int, data: Any = None) -> StreamEvent:
@@ -265,8 +272,10 @@ class StreamBridge(ABC):
         first publish here and after its END."""
         return self._last.get(run_id)
 
-    async def publish(self, run_id: str, event: str, data: Any) -> StreamEvent | None:
-        """Append a data event with the run's next seq.
+    async def publish(
+        self, run_id: str, event: str, data: Any, *, coordinate: dict[str, Any] | None = None
+    ) -> StreamEvent | None:
+        """Append a data event with the run's next seq (stamped with ``coordinate``, if given).
 
         Returns ``None`` when a backend fault lost it (logged, counted, its seq skipped). Raises
         ``StreamClosed`` after END and ``ValueError`` for a reserved name: those are caller bugs.
@@ -279,7 +288,8 @@ class StreamBridge(ABC):
             self._skip(run_id, floor)
             return None
         try:
-            item = await self._append(run_id, event, payload, floor)
+            at = encode_data(coordinate) if coordinate is not None else ""
+            item = await self._append(run_id, event, payload, floor, at)
         except self.faults as exc:
             self._fault(run_id, f"publishing {event!r}", exc)
             self._skip(run_id, floor)
@@ -324,9 +334,9 @@ class StreamBridge(ABC):
         self._last[run_id] = max(self._last.get(run_id, 0), floor + 1)
 
     @abstractmethod
-    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
-        """Atomically store the event as seq ``max(head, floor) + 1``, trim to retention, refresh
-        the TTL; raise ``StreamClosed`` after END."""
+    async def _append(self, run_id: str, event: str, payload: str, floor: int, at: str = "") -> StreamEvent:
+        """Atomically store the event (and its coordinate ``at``) as seq ``max(head, floor) + 1``,
+        trim to retention, refresh the TTL; raise ``StreamClosed`` after END."""
 
     @abstractmethod
     async def _append_end(self, run_id: str, floor: int) -> None:

@@ -97,11 +97,11 @@ class MemoryStreamBridge(StreamBridge):
         self._runs: OrderedDict[str, _Run] = OrderedDict()  # written streams, oldest write first
         self._waiting: dict[str, _Run] = {}  # placeholders of unwritten runs with subscribers
 
-    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
+    async def _append(self, run_id: str, event: str, payload: str, floor: int, at: str = "") -> StreamEvent:
         run = self._writable(run_id)
         if run.ended:
             raise StreamClosed(f"stream {run_id!r} has ended")
-        item = data_event(max(run.seq, floor) + 1, event, payload)
+        item = data_event(max(run.seq, floor) + 1, event, payload, at)
         run.seq = item.seq
         run.events.append(item)
         self._touch(run_id, run)

@@ -1,7 +1,7 @@
 """Redis Streams bridge: one stream key per run, shared by every process of a deployment.
 
 Layout: ``{prefix}:stream:{run_id}`` is a Redis stream whose data entries have the explicit id
-``<seq>-0`` and fields ``event`` and ``data`` (JSON); END is the entry ``<last seq>-1`` (field
+``<seq>-0`` and fields ``event``, ``data`` (JSON) and ``at`` (the run coordinate, JSON or ""); END is the entry ``<last seq>-1`` (field
 ``end``). Keeping everything in the one key means there is no second key to expire, delete or
 keep consistent, and the stream itself answers "what is the last seq and has it ended": its newest
 entry, which exact ``MAXLEN`` trimming never removes.
@@ -88,7 +88,7 @@ if ARGV[3] == 'end' then
   redis.call('XADD', KEYS[1], 'MAXLEN', tonumber(ARGV[1]) + 1, seq .. '-1', 'end', '1')
 else
   seq = seq + 1
-  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6])
+  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6], 'at', ARGV[7])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return seq
@@ -179,7 +179,7 @@ class _RedisReader(Reader):
             seq, is_end = _split_id(entry_id)
             if is_end:
                 return Batch(events, True, seq)
-            events.append(data_event(seq, fields["event"], fields["data"]))
+            events.append(data_event(seq, fields["event"], fields["data"], fields.get("at", "")))
         return Batch(events, False)
 
 
@@ -224,9 +224,9 @@ class RedisStreamBridge(StreamBridge):
             raise
         return int(seq)
 
-    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
-        seq = await self._run_script(run_id, "event", floor, event, payload)
-        return data_event(seq, event, payload)
+    async def _append(self, run_id: str, event: str, payload: str, floor: int, at: str = "") -> StreamEvent:
+        seq = await self._run_script(run_id, "event", floor, event, payload, at)
+        return data_event(seq, event, payload, at)
 
     async def _append_end(self, run_id: str, floor: int) -> None:
         await self._run_script(run_id, "end", floor)

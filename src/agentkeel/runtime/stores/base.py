@@ -47,6 +47,10 @@ class JournalEvent:
     data: dict[str, Any]
     caller: str | None = None  # lead | subagent:<type> | middleware:<name>
     ts: datetime | None = None
+    # The rest of the run's coordinate (run_id, attempt, step, seq): the attempt that wrote the
+    # event and the root graph's superstep it happened in (None before the graph's first step).
+    attempt: int | None = None
+    step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +61,8 @@ class JournalEvent:
             "caller": self.caller,
             "data": self.data,
             "ts": self.ts.isoformat() if self.ts else None,
+            "attempt": self.attempt,
+            "step": self.step,
         }
 
 

@@ -25,6 +25,8 @@ def _to_event(row: RowMapping) -> JournalEvent:
         data=row["data"],
         caller=row["caller"],
         ts=row["ts"],
+        attempt=row["attempt"],
+        step=row["step"],
     )
 
 
@@ -43,6 +45,8 @@ class SqlJournalStore(SqlBacked, JournalStore):
                 "caller": e.caller,
                 "data": e.data,
                 "ts": e.ts or now,
+                "attempt": e.attempt,
+                "step": e.step,
             }
             for e in events
         ]

@@ -123,6 +123,8 @@ journal = Table(
     Column("caller", String),
     Column("data", Json, nullable=False),
     Column("ts", UtcDateTime, nullable=False),
+    Column("attempt", Integer),
+    Column("step", Integer),
     Index("ix_journal_thread", "thread_id"),
 )
 
