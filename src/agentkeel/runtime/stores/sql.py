@@ -39,6 +39,7 @@ from agentkeel.runtime.stores.common import (
     require_thread_status,
 )
 from agentkeel.runtime.stores.sql_engine import SqlBacked, is_unique_violation
+from agentkeel.runtime.stores.sql_journal import event_row
 from agentkeel.runtime.stores.sql_schema import journal, runs, threads
 
 _RUN_COLUMNS = [c for c in runs.c if c.name != "queue_seq"]
@@ -258,10 +259,7 @@ class SqlRunStore(SqlBacked, RunStore):
                     raise control_pending(run_id, current.control)
                 raise fenced_out(run_id, attempt, current)
             if end is not None:
-                await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq").values(
-                    run_id=end.run_id, seq=end.seq, thread_id=end.thread_id, kind=end.kind,
-                    caller=end.caller, data=end.data, ts=end.ts or now,
-                ))
+                await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq").values(**event_row(end, now)))
             return _to_run(row)
 
         return await self._db.transaction(work)

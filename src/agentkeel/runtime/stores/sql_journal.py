@@ -7,6 +7,9 @@ the same transaction as the rows they belong to.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
 
@@ -30,26 +33,19 @@ def _to_event(row: RowMapping) -> JournalEvent:
     )
 
 
+def event_row(e: JournalEvent, now: datetime) -> dict[str, Any]:
+    """The ``journal`` row of one event (also what ``RunStore.finish`` inserts for ``run.end``)."""
+    return {"run_id": e.run_id, "seq": e.seq, "thread_id": e.thread_id, "kind": e.kind, "caller": e.caller,
+            "data": e.data, "ts": e.ts or now, "attempt": e.attempt, "step": e.step}
+
+
 class SqlJournalStore(SqlBacked, JournalStore):
     async def append(self, events: list[JournalEvent]) -> None:
         """Insert the batch in one transaction; a ``(run_id, seq)`` already stored is skipped."""
         if not events:
             return
         now = utcnow()
-        rows = [
-            {
-                "run_id": e.run_id,
-                "seq": e.seq,
-                "thread_id": e.thread_id,
-                "kind": e.kind,
-                "caller": e.caller,
-                "data": e.data,
-                "ts": e.ts or now,
-                "attempt": e.attempt,
-                "step": e.step,
-            }
-            for e in events
-        ]
+        rows = [event_row(e, now) for e in events]
         await self._db.write(self._db.insert_ignoring(journal, "run_id", "seq"), rows)
 
     async def list(
