@@ -113,6 +113,16 @@ async def test_data_round_trips_as_json_on_every_backend(bridge: StreamBridge) -
     assert (await drain(bridge, "r"))[0].data == expected
 
 
+async def test_the_run_coordinate_travels_with_each_event_and_not_in_its_data(bridge: StreamBridge) -> None:
+    at = {"run_id": "r", "attempt": 2, "step": 7, "journal_seq": 41}
+    sent = await bridge.publish("r", "values", {"x": 1}, coordinate=at)
+    await bridge.publish("r", "values", {"x": 2})
+    await bridge.publish_end("r")
+    stamped, plain, _end = await drain(bridge, "r")
+    assert sent.coordinate == stamped.coordinate == at and stamped.data == {"x": 1}
+    assert plain.coordinate is None and plain.data == {"x": 2}
+
+
 async def test_reserved_event_names_are_refused(bridge: StreamBridge) -> None:
     for name in (END_EVENT, GAP_EVENT, HEARTBEAT_EVENT, CURSOR_AHEAD_EVENT, ""):
         with pytest.raises(ValueError):

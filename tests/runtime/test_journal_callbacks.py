@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from typing import Any
@@ -115,10 +116,14 @@ def check_two_turn_run(events: list[JournalEvent], journal: Journal, usage: Usag
              "estimated": False}
     second = {"input_tokens": 150, "output_tokens": 5, "finish_reason": "stop", "tool_calls": 0,
               "estimated": False}
-    assert [m.data for m in models] == [
+    assert [{k: v for k, v in m.data.items() if k != "output"} for m in models] == [
         {"model": "fake-1", "latency_ms": models[0].data["latency_ms"], **first},
         {"model": "fake-1", "latency_ms": models[1].data["latency_ms"], **second},
     ]
+    # what the model answered, as ``keel replay --export`` plays it again
+    assert models[0].data["output"]["tool_calls"] == [
+        {"id": "call_1", "name": "add", "args": {"a": 1, "b": 2}}, {"id": "call_2", "name": "fetch", "args": {"url": "u"}}]
+    assert models[1].data["output"]["tool_calls"] == [] and isinstance(models[1].data["output"]["text"], str)
     assert all(m.caller == "lead" and m.data["latency_ms"] >= 0 for m in models)
     tools = {e.data["call_id"]: e for e in of_kind(events, "tool.call")}
     assert set(tools) == {"call_1", "call_2"}
@@ -126,6 +131,7 @@ def check_two_turn_run(events: list[JournalEvent], journal: Journal, usage: Usag
     assert tools["call_1"].data["result_size"] == 1 and tools["call_1"].data["duration_ms"] >= 15
     assert tools["call_2"].data["status"] == "error"
     assert tools["call_2"].data["result_size"] == len("401 unauthorized")
+    assert tools["call_2"].data["result_sha256"] == hashlib.sha256(b"401 unauthorized").hexdigest()
     assert models[0].seq < tools["call_1"].seq < models[1].seq
     assert journal.seq_of_tool_call("call_1") == tools["call_1"].seq
     out = usage.as_dict()

@@ -116,7 +116,7 @@ async def test_every_surface_carries_the_coordinate_and_the_timeline_aligns_them
     assert "compaction" in top_kinds  # the lead's own compaction
     assert [i.data["code"] for i in items if (i.source, i.kind) == ("journal", "stop_reason")] == ["loop_capped"] * 2
     writes = [i for i in items if i.kind == "tool.call" and i.data["name"] == "write_file"]
-    assert writes[0].files == [{"path": "/workspace/outputs/notes.md", "change": "added"}]
+    assert [(f["path"], f["change"]) for f in writes[0].files] == [("/workspace/outputs/notes.md", "added")]
     assert [a["began"] for a in timeline.to_dict()["attempts"]] == ["started"]
     json.dumps(timeline.to_dict())  # the console's data
 

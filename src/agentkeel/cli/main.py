@@ -1,4 +1,4 @@
-"""The ``keel`` command: run, demo, runs list|show, chain, serve, worker."""
+"""The ``keel`` command: run, demo, runs list|show, replay, chain, serve, worker."""
 
 from __future__ import annotations
 
@@ -189,6 +189,37 @@ def runs_show(
         print(json.dumps(ledger, indent=2, default=str))
     else:
         render_ledger(console, ledger)
+
+
+@app.command("replay")
+def replay_run(
+    run_id: str,
+    config: ConfigOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the timeline as JSON.")] = False,
+    export: Annotated[Path | None, typer.Option(
+        "--export", help="Write a scripted-model file that reproduces the run offline.")] = None,
+    do_rerun: Annotated[bool, typer.Option(
+        "--rerun", help="Re-run it offline from its recorded model outputs and compare journal and final state.")] = False,
+    fork_at: Annotated[int | None, typer.Option(
+        "--fork-at", help="Continue its thread from the checkpoint at this step (with --model or --script).")] = None,
+    model: Annotated[str | None, typer.Option(help="The model a fork runs with (from the config).")] = None,
+    script: Annotated[Path | None, typer.Option(help="A scripted-model file a fork runs with.")] = None,
+) -> None:
+    """The aligned timeline of one run: journal, checkpoints and stream on one axis, subagents
+    nested, divergences flagged (exit 1 when any); its export, offline re-run and forks."""
+    from agentkeel.cli.replay import ReplayCommandError, replay
+
+    if model is not None and script is not None:
+        err.print("[red]give a fork either --model or --script, not both[/]")
+        raise typer.Exit(2)
+    cfg, harness = _setup(config)
+    try:
+        code = replay(cfg, harness, run_id, console=console, as_json=json_out, export=export, do_rerun=do_rerun,
+                      fork_at=fork_at, model=model, script=script)
+    except ReplayCommandError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(exc.code) from None
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -119,9 +119,14 @@ def align(events: list[JournalEvent], checkpoints: list[Item], stream: list[Item
         if item.kind == "tool.intent":
             continue  # the tool call that follows says more; the divergence checks read intents
         if item.kind == "file.changed":
-            owners = [tools.get(str(step.get("tool_call_id"))) for step in item.data.get("steps") or [item.data]]
-            for owner in filter(None, owners):
-                owner.files.append({"path": item.data.get("path"), "change": item.data.get("change")})
+            steps = item.data.get("steps") or [item.data]
+            owners = [tools.get(str(step.get("tool_call_id"))) for step in steps]
+            for index, (owner, step) in enumerate(zip(owners, steps, strict=True)):
+                if owner is not None:  # the run's change on its first step, a modification after it
+                    change = item.data.get("change") if index == 0 or index == len(steps) - 1 and \
+                        item.data.get("change") == "deleted" else "modified"
+                    owner.files.append({"path": item.data.get("path"), "change": change,
+                                        "after_sha256": step.get("after_sha256")})
             if any(owners):
                 continue  # shown under the tool call(s) that made it
         shown.append(item)

@@ -1,0 +1,77 @@
+"""``keel replay`` as a user meets it: a real process on the demo's SQLite database."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import yaml
+from test_cli import keel
+
+
+def demo_run(workdir: Path) -> str:
+    demo = keel("demo", cwd=workdir)
+    assert demo.returncode == 0, demo.stderr
+    listed = keel("runs", "list", "--json", cwd=workdir)
+    return str(json.loads(listed.stdout)[0]["run_id"])
+
+
+def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: Path) -> None:
+    run_id = demo_run(tmp_path)
+    shown = keel("replay", run_id, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    for text in ("attempt 1 started", "checkpoint step 0", "model lead demo", "tool write_file",
+                 "✎ /workspace/outputs/report.md", "guard ReadBeforeWrite: blocked", "run ended success",
+                 "journal, checkpoints and stream agree"):
+        assert text in shown.stdout, text
+
+    as_json = json.loads(keel("replay", run_id, "--json", cwd=tmp_path).stdout)
+    kinds = [i["kind"] for i in as_json["items"]]
+    assert as_json["divergences"] == [] and as_json["stream"]["state"] == "gone"  # another process's memory stream
+    assert kinds[0] == "run.start" and kinds[-1] == "run.end" and "checkpoint" in kinds
+    seqs = [i["journal_seq"] for i in as_json["items"]]
+    assert seqs == sorted(seqs)
+
+    export = tmp_path / "export.yaml"
+    rerun = keel("replay", run_id, "--export", str(export), "--rerun", cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "same journal" in rerun.stdout and "same final state" in rerun.stdout
+    script = yaml.safe_load(export.read_text())
+    lead_calls = [i for i in as_json["items"] if i["kind"] == "model.call" and i["caller"] == "lead"]
+    assert script["fallback"] == "error" and len(script["agents"]["lead"]) == len(lead_calls)
+
+    # the export is an ordinary script: `keel run` on it reproduces the run's answer offline
+    config = tmp_path / "replay.yaml"
+    config.write_text(yaml.safe_dump({"models": [{"name": "demo", "use": "scripted", "script": str(export)}]}))
+    again = keel("run", "anything", "--config", str(config), "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["usage"]["total_tokens"] == json.loads(
+        keel("runs", "show", run_id, "--json", cwd=tmp_path).stdout)["usage"]["total_tokens"]
+
+
+def test_a_bad_run_id_is_a_message_and_a_non_zero_exit(tmp_path: Path) -> None:
+    missing = keel("replay", "no-such-run", cwd=tmp_path)
+    assert missing.returncode == 1 and "no run 'no-such-run'" in missing.stderr
+    both = keel("replay", "x", "--fork-at", "3", "--model", "demo", "--script", "s.yaml", cwd=tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_corrupted_journal_is_flagged_with_exit_1(tmp_path: Path) -> None:
+    run_id = demo_run(tmp_path)
+    with sqlite3.connect(tmp_path / ".agentkeel" / "keel.db") as db:
+        db.execute("DELETE FROM journal WHERE run_id = ? AND seq = 5", (run_id,))
+    shown = keel("replay", run_id, cwd=tmp_path)
+    assert shown.returncode == 1
+    assert "journal_gap" in shown.stdout and "journal seqs missing: 5" in shown.stdout
+
+
+def test_a_fork_continues_the_thread_from_a_step_with_a_script(tmp_path: Path) -> None:
+    run_id = demo_run(tmp_path)
+    script = tmp_path / "fork.yaml"
+    script.write_text(yaml.safe_dump({"agents": {"lead": [{"say": "A different ending."}]}}))
+    forked = keel("replay", run_id, "--fork-at", "2", "--script", str(script), cwd=tmp_path)
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert "fork " in forked.stdout and "from step 2 — success" in forked.stdout
+    runs = json.loads(keel("runs", "list", "--json", cwd=tmp_path).stdout)
+    assert len(runs) == 2 and runs[0]["thread_id"] == runs[1]["thread_id"]
