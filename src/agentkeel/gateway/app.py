@@ -39,7 +39,7 @@ from agentkeel.gateway.routes import meta, runs
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
 
-OPTIONAL_ROUTERS = ("threads", "assistants", "store")
+OPTIONAL_ROUTERS = ("threads", "assistants", "store", "timeline")
 
 
 def create_app(
