@@ -218,3 +218,25 @@ async def test_a_stream_event_after_end_and_a_broken_history_are_flagged(keel: K
 
     codes = [d.code for d in check(timeline)]
     assert "stream_after_end" in codes and "grammar" in codes and "result_without_call" not in codes
+
+
+async def test_a_recovered_run_shows_its_attempts_and_the_recovery(keel: Keel) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    config = keel.config({"rec": [turn("Looking.", call("ls", path="/workspace")), turn("Resumed fine.")]},
+                         assistants=[{"assistant_id": "lead", "on_worker_lost": "resume"}], limits={"lease_ttl_s": 3})
+    async with keel.open(config, executes="none") as admitting:
+        lost = await start(admitting, keel_thread(), "go")
+        past = datetime.now(UTC) - timedelta(seconds=5)  # claimed by a ghost whose lease expired
+        assert await admitting.store.claim_next("ghost-host:1:dead", past, datetime.now(UTC), run_ids=[lost.run_id])
+    async with keel.open(config) as rt:
+        record = await finished(rt, lost.run_id)
+        timeline = await load_timeline(rt, record.run_id)
+    assert record.status == RunStatus.success and record.attempt == 2
+    assert timeline is not None and timeline.divergences == [], timeline.divergences
+    (attempt,) = timeline.to_dict()["attempts"]
+    assert (attempt["attempt"], attempt["began"], attempt["ended"]) == (2, "resumed", "success")
+    assert attempt["lost_owner"] == "ghost-host:1:dead"
+    kinds = [i.kind for i in timeline.items if i.source == "journal"]
+    assert kinds[:2] == ["run.recovered", "run.start"]
+    assert {i.attempt for i in timeline.items} == {2}

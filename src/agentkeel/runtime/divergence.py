@@ -16,7 +16,8 @@ store — never a normal run:
 ``journal_gap``           seqs missing from the journal (1..last must all be there);
 ``attempt_gap``           an attempt number skipped, or an event stamped with an attempt that
                           never began;
-``stream_gap``            events the stream trimmed or lost (its ``gap`` markers);
+``stream_gap``            events the stream trimmed or lost (its ``gap`` markers; not the jump to a
+                          recovered attempt's first event, which continues after the lost owner's);
 ``checkpoint_gap``        the run's root checkpoints skip a superstep;
 ``ahead_of_journal``      a checkpoint or stream event stamped with a journal seq the journal does
                           not hold (journal records lost after the fact).
@@ -115,7 +116,13 @@ def _gaps(timeline: Timeline, events: list[JournalEvent]) -> list[Divergence]:
         if event.attempt is not None and begun and event.attempt not in begun and event.kind != "run.end":
             found.append(Divergence("attempt_gap", f"{event.kind} is stamped with attempt {event.attempt}, "
                                     "which never began", event.seq))
+    # A recovered attempt continues the stream after the lost owner's numbering, which its new
+    # process cannot know: the jump to its first event is the lost attempt's part, not a loss.
+    recovered = {e.attempt for e in events if e.kind == "run.recovered"}
+    resumed_at = {next((i.ident for i in timeline.stream if i.attempt == a), None) for a in recovered}
     for gap in timeline.stream_gaps:
+        if gap.get("resumed_at") in resumed_at:
+            continue
         found.append(Divergence("stream_gap", f"the stream lost {gap.get('missed')} event(s) after "
                                 f"{gap.get('requested_after')}"))
     steps = [c.step for c in timeline.checkpoints if not c.data["namespace"] and isinstance(c.step, int)]
