@@ -23,6 +23,10 @@ intent is written before the tool runs, so a recovered attempt knows which side 
 have happened. ``write_through`` records, writes everything buffered up to and including the event,
 and raises :class:`JournalWriteError` if the store failed; the caller decides what that means.
 
+Every event is stamped with the run coordinate: its ``attempt`` and the root graph's ``step`` being
+executed (:meth:`Journal.at_step`); checkpoints and stream events carry the same coordinate
+(``runtime/timeline.py`` aligns them). A subagent's records name its ``task_id``.
+
 Kinds (``data`` fields; ``caller`` is ``lead`` | ``subagent:<type>`` | ``middleware:<name>``):
 
 =================  =============================================================================
@@ -34,12 +38,13 @@ run.status         {status, refused, reason}: a completion refused because a sto
 run.end            {status, error, usage, attempt, [rolled_back | recovered]}: stored by the run
                    store in the completion's own transaction, never by this writer
 run.recovered      {lost_owner, lost_attempt, attempt, owner, policy, lease_expired_at}
-model.call         {model, input_tokens, output_tokens, latency_ms, finish_reason, tool_calls: n}
-model.error        {model, error_type, message, latency_ms}
+model.call         {model, input_tokens, output_tokens, latency_ms, finish_reason, tool_calls: n,
+                   estimated, [task_id,] output {text, tool_calls, invalid_tool_calls, provider}}
+model.error        {model, error_type, kind, status, message, latency_ms [, task_id]}
 tool.intent        {call_id, name, idempotent, attempt}: written through BEFORE the tool runs
                    (``harness.middleware.side_effect_ledger``)
 tool.call          {name, call_id, status (ok|error|interrupted), duration_ms, result_size
-                   [, error_type]}: after the tool ran
+                   [, result_sha256] [, task_id] [, error_type]}: after the tool ran
 intervention       {middleware, action, detail, ...} (guards; ``recovered_call`` when a call
                    lost with an earlier attempt is answered without running it)
 stop_reason        the stop-reason entry dict (recorded at the entry's own ``seq``)
@@ -133,12 +138,9 @@ class Journal:
         self._tasks: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()  # one append in flight, in seq order
         self._fenced = False
-        # The coordinate every event is stamped with (see :meth:`coordinate`): the attempt writing,
-        # the root graph's superstep being executed (set by :meth:`at_step`), and the last seq
-        # recorded before each step began (what a checkpoint of the step before covers).
-        self.attempt = attempt
+        self.attempt = attempt  # the coordinate's attempt and step (see :meth:`coordinate`)
         self._step: int | None = None
-        self._step_floor: dict[int, int] = {}
+        self._step_floor: dict[int, int] = {}  # step -> the last seq recorded before it began
 
     @classmethod
     async def open(
@@ -185,15 +187,12 @@ class Journal:
                 self._step_floor.setdefault(step, self._seq)
 
     def coordinate(self) -> dict[str, Any]:
-        """``{run_id, attempt, step, journal_seq}`` now: what a stream event published at this
-        moment is stamped with (``journal_seq`` is the last seq recorded before it)."""
+        """``{run_id, attempt, step, journal_seq}`` now (``journal_seq``: the last seq recorded)."""
         with self._lock:
-            return {"run_id": self.run_id, "attempt": self.attempt, "step": self._step,
-                    "journal_seq": self._seq}
+            return {"run_id": self.run_id, "attempt": self.attempt, "step": self._step, "journal_seq": self._seq}
 
     def seq_through_step(self, step: int) -> int:
-        """The last seq recorded before superstep ``step + 1`` began (all of it, if that step
-        has not begun): the journal a checkpoint of step ``step`` covers."""
+        """The last seq recorded before step ``step + 1`` began: what a checkpoint of ``step`` covers."""
         with self._lock:
             return self._step_floor.get(step + 1, self._seq)
 
