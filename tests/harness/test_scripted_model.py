@@ -121,6 +121,15 @@ def test_session_numbers_instances_per_agent_name() -> None:
     assert [cursors[0].advance(), cursors[0].advance(), cursors[2].advance()] == [1, 2, 1]
 
 
+def test_an_instance_list_answers_that_instance_and_the_others_play_the_agents_list() -> None:
+    script = Script.model_validate({"agents": {
+        "lead": [{"say": "lead"}], "researcher#1": [{"say": "second, own"}], "researcher": [{"say": "shared"}]}})
+    lead = ScriptedChatModel(script=script, session=ScriptSession())
+    children = [lead.for_agent("researcher") for _ in range(3)]
+    assert [c.invoke(HELLO).text for c in children] == ["shared", "second, own", "shared"]
+    assert lead.invoke(HELLO).text == "lead"
+
+
 def test_usage_auto_is_request_and_answer_chars_over_four() -> None:
     request: list[BaseMessage] = [
         SystemMessage("s" * 10),

@@ -30,6 +30,13 @@ def test_loads_yaml_and_json_alike(tmp_path: Path) -> None:
     assert load_script(tmp_path / "s.json") == load_script(tmp_path / "s.yaml") == Script.model_validate(data)
 
 
+def test_an_instance_key_must_end_in_an_instance_number() -> None:
+    assert parse_script({"agents": {"researcher#12": [{"say": "x"}]}}).step("researcher", 1, 12) is not None
+    for key in ("researcher#", "researcher#x", "#1", "researcher#01"):
+        with pytest.raises(ScriptError, match="instance key is <name>#<instance number>"):
+            parse_script({"agents": {key: [{"say": "x"}]}})
+
+
 def test_defaults() -> None:
     script = Script.model_validate({})
     assert script.strict is True and script.fallback == "Done." and script.agents == {}
