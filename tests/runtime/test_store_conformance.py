@@ -404,7 +404,8 @@ async def test_journal_append_is_idempotent_and_ordered(stores: Stores, tid: str
     first = [
         event(record, 3, "tool.call", name="bash"),
         event(record, 1, "run.start"),
-        JournalEvent(record.run_id, tid, 2, "model.call", {"n": [1, {"x": None}]}, "lead", stamped),
+        JournalEvent(record.run_id, tid, 2, "model.call", {"n": [1, {"x": None}]}, "lead", stamped,
+                     attempt=2, step=7),  # the run coordinate's attempt and step round-trip
     ]
     await journal.append(first)
     await journal.append([event(record, 2, "overwrite", n=0), event(record, 4, "run.end")])
@@ -419,6 +420,7 @@ async def test_journal_append_is_idempotent_and_ordered(stores: Stores, tid: str
     ]
     assert events[1] == first[2]  # the first write of a seq stands
     assert events[2].data == {"name": "bash"} and events[2].caller is None
+    assert (events[2].attempt, events[2].step) == (None, None)
     assert all(e.ts is not None and e.ts.utcoffset() == timedelta(0) for e in events)
 
 
