@@ -218,6 +218,8 @@ async def test_a_stream_event_after_end_and_a_broken_history_are_flagged(keel: K
 
     codes = [d.code for d in check(timeline)]
     assert "stream_after_end" in codes and "grammar" in codes and "result_without_call" not in codes
+    timeline.messages = timeline.messages[:2]  # the user's request and a call still pending: not broken
+    assert "grammar" not in [d.code for d in check(timeline)]
 
 
 async def test_a_recovered_run_shows_its_attempts_and_the_recovery(keel: Keel) -> None:

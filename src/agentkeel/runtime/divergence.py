@@ -90,10 +90,13 @@ def _tool_results(timeline: Timeline, events: list[JournalEvent]) -> list[Diverg
 
 
 def _grammar(timeline: Timeline) -> list[Divergence]:
-    if not timeline.messages:
+    messages = list(timeline.messages)
+    if messages and isinstance(messages[-1], AIMessage) and messages[-1].tool_calls:
+        messages.pop()  # calls still pending (a clarification question, a cut-off run): the next run answers them
+    if not messages:
         return []
     try:
-        check_request(timeline.messages)
+        check_request(messages)
     except StrictRequestError as exc:
         return [Divergence("grammar", f"the checkpointed history breaks the request grammar: {exc}")]
     return []
