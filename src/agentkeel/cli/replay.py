@@ -53,7 +53,7 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
            export: Path | None = None, do_rerun: bool = False, fork_at: int | None = None,
            model: str | None = None, script: Path | None = None) -> int:
     """Everything ``keel replay`` does; the exit code (raises ``ReplayCommandError``)."""
-    timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun))
+    timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun, do_rerun))
     if as_json:
         print(json.dumps(timeline.to_dict(), indent=2, default=str))
     else:
@@ -75,14 +75,15 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
     return code
 
 
-async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bool) -> tuple[Timeline, Any]:
+async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bool,
+                rerunning: bool) -> tuple[Timeline, Any]:
     async with open_runtime(config, harness=harness, executes="none") as rt:
         timeline = await load_timeline(rt, run_id)
         if timeline is None:
             raise ReplayCommandError(f"no run {run_id!r} in {config.database_url}")
         if not exporting:
             return timeline, None
-        if not await first_of_thread(rt, timeline.record):
+        if rerunning and not await first_of_thread(rt, timeline.record):
             raise ReplayCommandError(f"run {run_id} was not its thread's first: a re-run on a new thread would "
                                      "lack the earlier history (fork it with --fork-at instead)", 2)
         try:
@@ -185,7 +186,7 @@ def _rows(items: list[Item], depth: int) -> list[tuple[str, str, str, str, str]]
         seq = str(item.journal_seq) if item.source == "journal" else ""
         rows.append((seq, _num(item.step), _num(item.attempt), mark, indent + text))
         for path in item.files:
-            rows.append(("", "", "", "", f"{indent}   [magenta]✎ {escape(str(path['path']))}[/] ({path['change']})"))
+            rows.append(("", "", "", "", f"{' ' * len(indent)}   [magenta]✎ {escape(str(path['path']))}[/] ({path['change']})"))
         if item.children:
             rows.extend(_rows(item.children, depth + 1))
     flush()
