@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
+from agentkeel.harness.middleware.keys import TASK_ID_METADATA
 from agentkeel.harness.scripted import (
     Script,
     ScriptedBadRequestError,
@@ -128,6 +129,16 @@ def test_an_instance_list_answers_that_instance_and_the_others_play_the_agents_l
     children = [lead.for_agent("researcher") for _ in range(3)]
     assert [c.invoke(HELLO).text for c in children] == ["shared", "second, own", "shared"]
     assert lead.invoke(HELLO).text == "lead"
+
+
+def test_a_task_list_answers_the_subagent_serving_that_task_whatever_its_instance() -> None:
+    script = Script.model_validate({"agents": {"gp@call_b": [{"say": "b"}], "gp@call_a": [{"say": "a"}],
+                                               "gp": [{"say": "other"}]}})
+    lead = ScriptedChatModel(script=script, session=ScriptSession())
+    first, second, third = (lead.for_agent("gp") for _ in range(3))  # built in this order ...
+    answers = [child.invoke(HELLO, config={"metadata": {TASK_ID_METADATA: task}}).text
+               for child, task in ((first, "call_b"), (second, "call_a"), (third, "call_c"))]
+    assert answers == ["b", "a", "other"]  # ... answered by task
 
 
 def test_usage_auto_is_request_and_answer_chars_over_four() -> None:

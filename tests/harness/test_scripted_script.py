@@ -35,6 +35,10 @@ def test_an_instance_key_must_end_in_an_instance_number() -> None:
     for key in ("researcher#", "researcher#x", "#1", "researcher#01"):
         with pytest.raises(ScriptError, match="instance key is <name>#<instance number>"):
             parse_script({"agents": {key: [{"say": "x"}]}})
+    assert parse_script({"agents": {"researcher@call_1": [{"say": "x"}]}}).step("researcher", 1, 0, "call_1")
+    for key in ("researcher@", "@call_1", "a@b@c"):
+        with pytest.raises(ScriptError, match="task key is <name>@<task id>"):
+            parse_script({"agents": {key: [{"say": "x"}]}})
 
 
 def test_defaults() -> None:

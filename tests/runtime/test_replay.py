@@ -15,7 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from runtime_support import Keel, _param, backend_matrix, call, finished, journal, run_to_end, start, turn
+from runtime_support import (
+    Keel,
+    _param,
+    backend_matrix,
+    call,
+    finished,
+    journal,
+    run_to_end,
+    start,
+    thread_messages,
+    turn,
+)
 
 from agentkeel.config import KeelConfig
 from agentkeel.runtime.checkpoints.stamping import COORDINATE_KEY
@@ -128,9 +139,10 @@ async def test_the_export_replays_offline_to_the_same_journal_and_final_state(ke
         events = await journal(rt, original.run_id)
         assert await first_of_thread(rt, original)
         recorded_state = await final_state(rt, original)
-    script = export_script(events, config)
-    assert set(script["agents"]) == {"lead", f"{GP}#0", f"{GP}#1", "summarization#0", "summarization#1",
-                                     "summarization#2"}
+        script = export_script(events, await thread_messages(rt, original.thread_id))
+    tasks = [e.data["task_id"] for e in events if e.kind == "subagent.start"]
+    assert set(script["agents"]) == {"lead", "summarization", *(f"{GP}@{t}" for t in tasks),
+                                     *(f"summarization@{t}" for t in tasks)}
     path = tmp_path / "export.yaml"
     path.write_text(yaml.safe_dump(script, sort_keys=False))
 
@@ -157,6 +169,15 @@ async def test_the_export_replays_offline_to_the_same_journal_and_final_state(ke
     async with keel.open(offline_config(config, path)) as rt:
         short = await rerun(rt, original)
     assert short.status == RunStatus.error and "ScriptExhaustedError" in (short.error or ""), short.error
+
+    # So is a tool result that comes out different: the lead's next turn expects the recorded one.
+    listing = script["agents"]["lead"][2]
+    assert listing["tool_calls"][0]["name"] == "ls" and "expect" in script["agents"]["lead"][3]
+    listing["tool_calls"][0]["args"] = {"path": "/workspace/uploads"}
+    path.write_text(yaml.safe_dump(script, sort_keys=False))
+    async with keel.open(offline_config(config, path)) as rt:
+        diverged = await rerun(rt, original)
+    assert diverged.status == RunStatus.error and "ScriptExpectationError" in (diverged.error or ""), diverged.error
 
 
 async def test_a_fork_from_a_step_continues_with_another_model(keel: Keel) -> None:

@@ -87,7 +87,7 @@ async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bo
             raise ReplayCommandError(f"run {run_id} was not its thread's first: a re-run on a new thread would "
                                      "lack the earlier history (fork it with --fork-at instead)", 2)
         try:
-            return timeline, export_script(timeline.events, config)
+            return timeline, export_script(timeline.events, timeline.messages)
         except ExportError as exc:
             raise ReplayCommandError(str(exc), 2) from None
 

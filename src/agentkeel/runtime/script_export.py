@@ -7,13 +7,11 @@ answered (``output``: text, tool calls with their ids, provider shape) and which
 (``task_id``), and every ``model.error`` what kind of failure it was — in the order the calls were
 made, which is the order the scripted model answers them in.
 
-Which list an answer goes to is how the scripted model numbers instances (``for_agent`` claims
-one per subagent when the child is built, and one ``summarization`` instance per chain with a
-summarizer): the lead is ``lead``; child *k* of type ``T`` (in the order its ``task`` call was about
-to run: its ``tool.intent``) is ``T#k``; summary calls go to ``summarization#k``, the lead's
-summarizer first when ``limits.summarization`` is on, then each child's in creation order (a
-child's chain always has one). Tool-call ids are written out, so the replay's task ids, tool
-results and stop-reason sources are the recording's.
+Which list an answer goes to: the lead's calls to ``lead``; a subagent's to ``<type>@<task id>``
+and its compaction summaries to ``summarization@<task id>`` (the scripted model picks a task's list
+by the task id in the call's metadata, so which of two parallel children is built first does not
+matter); the lead's summaries to ``summarization``. Tool-call ids are written out, so the replay's
+task ids, tool results and stop-reason sources are the recording's.
 
 The script is strict, and ``fallback: error``: a replay that asks for one model call more than
 was recorded fails with ``ScriptExhaustedError`` naming the agent, instance and turn, instead of
@@ -22,10 +20,12 @@ inventing an answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agentkeel.config import KeelConfig
+from langchain_core.messages import BaseMessage, ToolMessage
+
 from agentkeel.harness.scripted.script import FALLBACK_ERROR, parse_script
 from agentkeel.runtime.stores.base import JournalEvent
 
@@ -41,61 +41,54 @@ _FINISH = {
 }
 _PROVIDER = {"openai": "openai", "anthropic": "anthropic", "google_genai": "gemini"}
 _ERROR_KINDS = ("rate_limit", "server_error", "bad_request", "timeout")
+_PLACEHOLDER = re.compile(r"\{(turn|agent|instance)\}")
 
 
 class ExportError(ValueError):
     """The run cannot be written as a script (its journal predates recorded model outputs)."""
 
 
-def export_script(events: Iterable[JournalEvent], config: KeelConfig) -> dict[str, Any]:
-    """The script data (validated) that answers the run's model calls as they were answered."""
+def export_script(events: Iterable[JournalEvent], messages: Sequence[BaseMessage] = ()) -> dict[str, Any]:
+    """The script data (validated) that answers the run's model calls as they were answered.
+
+    ``messages`` (the thread's checkpointed messages) make a lead tool result that comes out
+    different a loud miss at once: each lead turn after a tool call expects the start of that
+    call's recorded result in its request (``expect: {contains}``), so the replay fails there with
+    ``ScriptExpectationError`` instead of answering a conversation that has already diverged.
+    """
     ordered = sorted(events, key=lambda e: e.seq)
-    instances = _instances(ordered, config)
+    results = {m.tool_call_id: str(m.text) for m in messages if isinstance(m, ToolMessage)}
     agents: dict[str, list[dict[str, Any]]] = {}
+    previous: JournalEvent | None = None  # the lead's previous model call
     for event in ordered:
         if event.kind not in ("model.call", "model.error"):
             continue
-        key = _agent_key(event, instances)
+        key = _agent_key(event)
         entry = _turn(event) if event.kind == "model.call" else _failure(event)
+        if key == LEAD:
+            expected = _expected(previous, results)
+            if expected:
+                entry["expect"] = {"contains": expected}
+            previous = event
         agents.setdefault(key, []).append(entry)
     script = {"strict": True, "fallback": FALLBACK_ERROR, "agents": agents}
     parse_script(script, source="export")  # what we write must load
     return script
 
 
-def _instances(events: list[JournalEvent], config: KeelConfig) -> dict[tuple[str, str | None], str]:
-    """``(caller, task_id)`` -> the script key of that agent instance."""
-    types: dict[str, str] = {}  # task id -> subagent type
-    for event in events:
-        if event.kind == "subagent.start" and event.data.get("task_id"):
-            types[str(event.data["task_id"])] = str(event.data.get("subagent_type"))
-    created: list[str] = []
-    for event in events:  # a child is built (its model claimed) just after its intent is stored
-        task = str(event.data.get("call_id") or event.data.get("task_id") or "")
-        if event.kind in ("tool.intent", "subagent.start") and task in types and task not in created:
-            created.append(task)
-    keys: dict[tuple[str, str | None], str] = {(LEAD, None): LEAD}
-    counts: dict[str, int] = {}
-    summarizers = 0
-    if config.limits.summarization.enabled:
-        keys[(SUMMARY_CALLER, None)] = f"{SUMMARY_AGENT}#0"
-        summarizers = 1
-    for task in created:
-        kind = types[task]
-        keys[(f"subagent:{kind}", task)] = f"{kind}#{counts.get(kind, 0)}"
-        counts[kind] = counts.get(kind, 0) + 1
-        keys[(SUMMARY_CALLER, task)] = f"{SUMMARY_AGENT}#{summarizers}"  # a child always has one
-        summarizers += 1
-    return keys
-
-
-def _agent_key(event: JournalEvent, instances: dict[tuple[str, str | None], str]) -> str:
+def _agent_key(event: JournalEvent) -> str:
+    """The list that answers this call: ``lead``, ``<type>@<task>`` for a subagent's, and
+    ``summarization@<task>`` / ``summarization`` for a child's / the lead's compaction summary."""
     task = event.data.get("task_id")
-    key = instances.get((event.caller or LEAD, str(task) if task else None))
-    if key is None:
-        raise ExportError(f"journal seq {event.seq}: a model call by {event.caller!r} (task {task!r}) "
-                          "belongs to no agent instance of the run")
-    return key
+    caller = event.caller or LEAD
+    if caller == LEAD and not task:
+        return LEAD
+    if caller == SUMMARY_CALLER:
+        return f"{SUMMARY_AGENT}@{task}" if task else SUMMARY_AGENT
+    if caller.startswith("subagent:") and task:
+        return f"{caller.removeprefix('subagent:')}@{task}"
+    raise ExportError(f"journal seq {event.seq}: a model call by {caller!r} (task {task!r}) belongs to no "
+                      "agent of the run")
 
 
 def _turn(event: JournalEvent) -> dict[str, Any]:
@@ -119,6 +112,15 @@ def _turn(event: JournalEvent) -> dict[str, Any]:
     if provider is not None and provider != "openai":
         entry["provider"] = provider
     return entry
+
+
+def _expected(previous: JournalEvent | None, results: dict[str, str]) -> str | None:
+    """The first line (at most 60 characters) of the result of the lead's previous tool call, or
+    None when there is none to expect (or it holds a template placeholder the script would fill)."""
+    calls = ((previous.data.get("output") or {}).get("tool_calls") or []) if previous is not None else []
+    text = results.get(str(calls[0].get("id"))) if calls else None
+    first = (text or "").strip().splitlines()[0][:60].strip() if (text or "").strip() else ""
+    return first if first and not _PLACEHOLDER.search(first) else None
 
 
 def _failure(event: JournalEvent) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
 
+from agentkeel.harness.middleware.keys import TASK_ID_METADATA
 from agentkeel.harness.scripted.errors import PROVIDER_ERRORS, ScriptExhaustedError, ScriptExpectationError
 from agentkeel.harness.scripted.script import FALLBACK_ERROR, Script, Turn, UsageSpec, render
 from agentkeel.harness.scripted.strict import check_request
@@ -207,7 +208,7 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        call = self._next_call()
+        call = self._next_call(_task_of(run_manager))
         time.sleep(call.delay_s)
         return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages)[0])])
 
@@ -218,7 +219,7 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        call = self._next_call()
+        call = self._next_call(_task_of(run_manager))
         await asyncio.sleep(call.delay_s)
         return ChatResult(generations=[ChatGeneration(message=self._reply(call, messages)[0])])
 
@@ -229,7 +230,7 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        call = self._next_call()
+        call = self._next_call(_task_of(run_manager))
         time.sleep(call.delay_s)
         for chunk in _split_reply(*self._reply(call, messages), call.stream_chunks):
             if run_manager is not None and chunk.text:
@@ -243,21 +244,24 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        call = self._next_call()
+        call = self._next_call(_task_of(run_manager))
         await asyncio.sleep(call.delay_s)
         for chunk in _split_reply(*self._reply(call, messages), call.stream_chunks):
             if run_manager is not None and chunk.text:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
 
-    def _next_call(self) -> _Call:
-        """Consume one turn. Every call does, even one that then fails, so a retry plays the next entry."""
+    def _next_call(self, task: str | None = None) -> _Call:
+        """Consume one turn. Every call does, even one that then fails, so a retry plays the next entry.
+
+        ``task`` is the delegated task the call serves (a subagent's, from the run config's
+        metadata): a ``<agent>@<task>`` list answers it before any other."""
         with self._cursor_lock:
             if self._cursor is None:
                 self._cursor = self.session.cursor(self.agent)
             cursor = self._cursor
         turn = cursor.advance()
-        entry = self.script.step(cursor.agent, turn, cursor.instance)
+        entry = self.script.step(cursor.agent, turn, cursor.instance, task)
         if entry is None and self.script.fallback != FALLBACK_ERROR:
             entry = Turn(say=self.script.fallback)
         if entry is not None:
@@ -374,3 +378,11 @@ def _split_reply(message: AIMessage, wire: list[WireCall], count: int) -> list[C
         )
     )
     return chunks
+
+
+def _task_of(run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None) -> str | None:
+    """The task id the harness put in the call's metadata (``TASK_ID_METADATA``), if any."""
+    if run_manager is None:
+        return None
+    task = {**run_manager.inheritable_metadata, **run_manager.metadata}.get(TASK_ID_METADATA)
+    return task if isinstance(task, str) else None

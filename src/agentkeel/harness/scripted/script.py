@@ -131,12 +131,16 @@ def _reachable(turns: list[Turn]) -> list[Turn]:
     return turns
 
 
-_INSTANCE_KEY = re.compile(r"[^#]+#(0|[1-9][0-9]{0,5})")
+_INSTANCE_KEY = re.compile(r"[^#@]+#(0|[1-9][0-9]{0,5})")
+_TASK_KEY = re.compile(r"[^#@]+@[^#@]+")
 
 
 def _agent_key(key: str) -> str:
-    """An agent name, or ``<name>#<instance>``: one instance's own list (what ``keel replay
-    --export`` writes, since two children of one type answered differently)."""
+    """An agent name, ``<name>#<instance>`` (one instance's own list) or ``<name>@<task id>`` (the
+    list of the subagent serving that task: what ``keel replay --export`` writes, since two
+    children of one type answered differently and their instance numbers follow the scheduler)."""
+    if "@" in key and not _TASK_KEY.fullmatch(key):
+        raise ValueError(f"agent key {key!r}: a task key is <name>@<task id>, e.g. researcher@call_1")
     if "#" in key and not _INSTANCE_KEY.fullmatch(key):
         raise ValueError(f"agent key {key!r}: an instance key is <name>#<instance number>, e.g. researcher#0")
     return key
@@ -150,20 +154,22 @@ class Script(_Strict):
     agents: dict[Annotated[str, Field(min_length=1), AfterValidator(_agent_key)],
                  Annotated[list[Turn], AfterValidator(_reachable)]] = Field(default_factory=dict)
 
-    def turns_for(self, agent: str, instance: int | None = None) -> list[Turn]:
-        """The instance's own list (``<agent>#<instance>``), else the agent's, else the ``"*"``
-        list, else nothing (every call falls back)."""
+    def turns_for(self, agent: str, instance: int | None = None, task: str | None = None) -> list[Turn]:
+        """The task's list (``<agent>@<task>``), else the instance's (``<agent>#<instance>``), else
+        the agent's, else the ``"*"`` list, else nothing (every call falls back)."""
+        if task is not None and f"{agent}@{task}" in self.agents:
+            return self.agents[f"{agent}@{task}"]
         if instance is not None and f"{agent}#{instance}" in self.agents:
             return self.agents[f"{agent}#{instance}"]
         if agent in self.agents:
             return self.agents[agent]
         return self.agents.get("*", [])
 
-    def step(self, agent: str, turn: int, instance: int | None = None) -> Turn | None:
-        """The entry that plays the ``turn``-th call (1-based) of the agent (of its ``instance``),
-        or ``None`` once exhausted."""
+    def step(self, agent: str, turn: int, instance: int | None = None, task: str | None = None) -> Turn | None:
+        """The entry that plays the ``turn``-th call (1-based) of the agent (of its ``instance``,
+        serving ``task``), or ``None`` once exhausted."""
         remaining = turn - 1
-        for entry in self.turns_for(agent, instance):
+        for entry in self.turns_for(agent, instance, task):
             if entry.repeat == "forever" or remaining < entry.repeat:
                 return entry
             remaining -= entry.repeat
