@@ -264,3 +264,23 @@ async def test_a_recovered_run_shows_its_attempts_and_the_recovery(keel: Keel) -
     kinds = [i.kind for i in timeline.items if i.source == "journal"]
     assert kinds[:2] == ["run.recovered", "run.start"]
     assert {i.attempt for i in timeline.items} == {2}
+
+
+async def test_a_running_run_has_a_live_stream_and_no_divergence_yet(keel: Keel) -> None:
+    from runtime_support import wait_status, wait_until
+
+    config = keel.config({"rec": [turn("Slow answer.", delay_ms=1500)]})
+    async with keel.open(config) as rt:
+        created = await start(rt, keel_thread(), "take your time")
+        await wait_status(rt, created.run_id, RunStatus.running)
+
+        async def started() -> Timeline | None:
+            timeline = await load_timeline(rt, created.run_id)
+            return timeline if timeline is not None and timeline.stream else None
+
+        live = await wait_until(started, what="the run's first stream event")
+        assert live.stream_state == "live" and live.divergences == [], live.divergences
+        assert all(i.attempt == 1 and i.data["stamped"] for i in live.stream)  # the journal may still be buffered
+        record = await finished(rt, created.run_id)
+        done = await load_timeline(rt, record.run_id)
+    assert done is not None and done.divergences == [] and done.items[-1].kind in ("run.end", "values", "checkpoint")

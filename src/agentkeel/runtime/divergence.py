@@ -19,8 +19,8 @@ store — never a normal run:
 ``stream_gap``            events the stream trimmed or lost (its ``gap`` markers; not the jump to a
                           recovered attempt's first event, which continues after the lost owner's);
 ``checkpoint_gap``        the run's root checkpoints skip a superstep;
-``ahead_of_journal``      a checkpoint or stream event stamped with a journal seq the journal does
-                          not hold (journal records lost after the fact).
+``ahead_of_journal``      a checkpoint or stream event of an ended run stamped with a journal seq
+                          the journal does not hold (journal records lost after the fact).
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ def _gaps(timeline: Timeline, events: list[JournalEvent]) -> list[Divergence]:
     for before, after in zip(steps, steps[1:], strict=False):
         if after > before + 1:
             found.append(Divergence("checkpoint_gap", f"checkpoints jump from step {before} to step {after}"))
-    for item in [*timeline.checkpoints, *timeline.stream]:
+    # While the run goes on, its newest records may still be in the writer's buffer (at most
+    # ``limits.journal_flush_ms`` old): being ahead of the stored journal only counts once it ended.
+    for item in [*timeline.checkpoints, *timeline.stream] if timeline.record.status.terminal else []:
         if item.journal_seq > last:
             found.append(Divergence("ahead_of_journal", f"{item.source} {item.ident} is stamped after journal seq "
                                     f"{item.journal_seq}, but the journal ends at {last}", item.journal_seq))
