@@ -12,6 +12,7 @@ from runtime_support import Keel, journal, run_to_end, thread_messages, turn
 from subagent_support import GP, LEAD_ANSWER, last_answer, of_kind, outcome_of, runaway_child, task_call, task_results
 
 from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.timeline import load_timeline
 
 PLANNER = "planner"
 
@@ -27,6 +28,7 @@ async def test_a_grandchilds_calls_are_its_own_not_its_delegating_subagents(keel
         record = await run_to_end(rt, "t-nested", "One planned sentence.")
         events = await journal(rt, record.run_id)
         messages = await thread_messages(rt, "t-nested")
+        timeline = await load_timeline(rt, record.run_id)
     assert record.status == RunStatus.success and last_answer(messages) == LEAD_ANSWER
     (planned,) = [outcome_of(m) for m in task_results(messages).values()]
     assert planned["status"] == "completed" and planned["usage"]["calls"] == len(planner)
@@ -44,3 +46,11 @@ async def test_a_grandchilds_calls_are_its_own_not_its_delegating_subagents(keel
     (reason,) = planned["stop_reasons"]
     assert reason["code"] == "loop_capped" and reason["source"].startswith(f"subagent:{GP}/")
     assert "loop_capped" in {r["code"] for r in record.stop_reasons}
+    # keel replay's timeline: the grandchild under the planner that delegated it, each with its own calls
+    assert timeline is not None and timeline.divergences == [], timeline.divergences
+    (planner_item,) = [i for i in timeline.items if i.kind == "subagent.start"]
+    (grandchild,) = [i for i in planner_item.children if i.kind == "subagent.start"]
+    assert planner_item.data["subagent_type"] == PLANNER and grandchild.data["subagent_type"] == GP
+    assert grandchild.data["parent_task_id"] == planner_item.data["task_id"]
+    assert {c.caller for c in grandchild.children if c.kind == "model.call"} == {f"subagent:{GP}"}
+    assert {c.caller for c in planner_item.children if c.kind == "model.call"} == {f"subagent:{PLANNER}"}

@@ -25,6 +25,8 @@ store — never a normal run:
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.messages import AIMessage
 
 from agentkeel.harness.scripted.errors import StrictRequestError
@@ -107,8 +109,12 @@ def _gaps(timeline: Timeline, events: list[JournalEvent]) -> list[Divergence]:
     seqs = [e.seq for e in events]
     last = seqs[-1] if seqs else 0
     # A child's stop reason takes a seq when it is recorded and is journaled at the run's own
-    # seq, naming the first as ``subagent_seq``: that seq is explained, not lost.
-    reserved = {(e.data.get("data") or {}).get("subagent_seq") for e in events if e.kind == "stop_reason"}
+    # seq, naming the first as ``subagent_seq`` (a grandchild's inside its parent's, and in the
+    # ``stop_reasons`` of their ``subagent.end``): those seqs are explained, not lost.
+    reserved: set[int] = set()
+    for event in events:
+        if event.kind in ("stop_reason", "subagent.end"):
+            _reserved_in(event.data, reserved)
     missing = sorted(set(range(1, last + 1)) - set(seqs) - reserved)
     if missing:
         found.append(Divergence("journal_gap", f"journal seqs missing: {_ranges(missing)}", missing[0]))
@@ -139,6 +145,20 @@ def _gaps(timeline: Timeline, events: list[JournalEvent]) -> list[Divergence]:
             found.append(Divergence("ahead_of_journal", f"{item.source} {item.ident} is stamped after journal seq "
                                     f"{item.journal_seq}, but the journal ends at {last}", item.journal_seq))
     return found
+
+
+def _reserved_in(value: Any, into: set[int]) -> None:
+    """Every ``subagent_seq``, and every ``seq`` of a child's stop reason, anywhere in ``value``."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "subagent_seq" and isinstance(inner, int):
+                into.add(inner)
+            elif key == "stop_reasons" and isinstance(inner, list):
+                into.update(r["seq"] for r in inner if isinstance(r, dict) and isinstance(r.get("seq"), int))
+            _reserved_in(inner, into)
+    elif isinstance(value, list):
+        for inner in value:
+            _reserved_in(inner, into)
 
 
 def _ranges(numbers: list[int]) -> str:

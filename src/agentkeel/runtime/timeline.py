@@ -145,7 +145,8 @@ def _nest(items: list[Item]) -> list[Item]:
             starts[task] = item
             open_by_type.setdefault(str(item.caller), []).append(task)
             last_active.append(task)
-            _attach(top, starts, item, _parent_task(item, starts, last_active))
+            parent = str(item.data.get("parent_task_id") or "")  # a grandchild: under its delegating child
+            (starts[parent].children if parent in starts else top).append(item)
             continue
         owner = _owner(item, task, starts, open_by_type, last_active)
         if item.kind == "subagent.end" and task in starts:
@@ -171,18 +172,6 @@ def _owner(item: Item, task: str, starts: dict[str, Item], open_by_type: dict[st
         return task
     running = open_by_type.get(item.caller or "", [])
     return running[0] if len(running) == 1 else None  # a record of the only child of its type
-
-
-def _parent_task(item: Item, starts: dict[str, Item], last_active: list[str]) -> str | None:
-    """A nested child (depth > 1) belongs under the child that delegated it."""
-    depth = item.data.get("depth")
-    if isinstance(depth, int) and depth > 1:
-        return next((t for t in reversed(last_active[:-1]) if starts[t].data.get("depth") == depth - 1), None)
-    return None
-
-
-def _attach(top: list[Item], starts: dict[str, Item], item: Item, parent: str | None) -> None:
-    (starts[parent].children if parent is not None else top).append(item)
 
 
 def attempts_of(events: Iterable[JournalEvent]) -> list[dict[str, Any]]:

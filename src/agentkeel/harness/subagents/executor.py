@@ -66,10 +66,17 @@ class TaskJournal:
         self.task_id = task_id
 
     def record(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int:
-        return self._inner.record(kind, {"task_id": self.task_id, **(data or {})}, caller)
+        return self._inner.record(kind, self._named(data), caller)
 
     async def write_through(self, kind: str, data: dict[str, Any] | None = None, caller: str | None = None) -> int:
-        return await self._inner.write_through(kind, {"task_id": self.task_id, **(data or {})}, caller)
+        return await self._inner.write_through(kind, self._named(data), caller)
+
+    def _named(self, data: dict[str, Any] | None) -> dict[str, Any]:
+        """A record naming another task (a grandchild's start and end) names this one as its parent."""
+        named = {"task_id": self.task_id, **(data or {})}
+        if named["task_id"] != self.task_id:
+            named.setdefault("parent_task_id", self.task_id)
+        return named
 
 
 class ChildFactory(Protocol):
