@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 
 from agentkeel.gateway.auth import Identity, current_user
-from agentkeel.gateway.auth_rules import AuthRules, Filter, matches
+from agentkeel.gateway.auth_rules import AuthRules, AuthUser, Filter, matches
 from agentkeel.gateway.errors import NotFound
 from agentkeel.gateway.runtime_dep import app_runtime
 from agentkeel.runtime.assistants import assistant_key
@@ -78,10 +78,7 @@ class Access:
         user holds what ``ctx.user`` holds, never a credential."""
         if self.identity is None:
             return {}
-        user = {**self.identity.claims, "identity": self.identity.user_id,
-                "display_name": self.identity.display_name, "is_authenticated": True,
-                "permissions": list(self.identity.permissions)}
-        return {"langgraph_auth_user": user, "langgraph_auth_user_id": self.identity.user_id,
+        return {"langgraph_auth_user": dict(AuthUser(self.identity)), "langgraph_auth_user_id": self.identity.user_id,
                 "langgraph_auth_permissions": list(self.identity.permissions)}
 
     # -- metadata the caller writes -------------------------------------------------------------
