@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
@@ -77,11 +78,12 @@ async def _admit(gw: Gateway, body: RunCreate, thread_id: str, user: Identity | 
     request = body.to_request(thread_id, assistant, user.user_id if user is not None else None)
     if body.strict_resume and "resume" in (body.command or {}):
         await _require_waiting_interrupt(gw, thread_id)
+    began = time.perf_counter()
     try:
         record = await gw.runtime.manager.create(request)
     except ConflictError:
         raise ConflictError(BUSY_THREAD) from None
-    gw.metrics.runs_created += 1
+    gw.metrics.admitted(time.perf_counter() - began)
     # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
     # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
     # thread's cleanup task exists, so this never re-creates a deleted thread.
