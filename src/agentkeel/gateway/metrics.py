@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agentkeel.gateway import tracing
-from agentkeel.runtime.records import RunRecord
+from agentkeel.runtime.records import TERMINAL_STATUSES, RunRecord
 
 if TYPE_CHECKING:
     from agentkeel.runtime.runtime import Runtime
@@ -59,6 +59,8 @@ class Metrics:
             "agentkeel_runs_finished", "Runs this process finished, by terminal status and primary stop reason.",
             ["status", "stop_reason"], registry=r,
         )
+        for status in sorted(TERMINAL_STATUSES):  # present from the start, so rate() sees the first run
+            self.runs_finished.labels(status.value, NO_STOP_REASON)
         self.tokens = Counter(
             "agentkeel_tokens", "Tokens of the model calls of runs this process finished, by caller and model.",
             ["caller", "model", "direction"], registry=r,

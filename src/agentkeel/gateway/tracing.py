@@ -15,7 +15,7 @@ code to the run's hot path; the cost is that a run's trace appears when the run 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentkeel.runtime.records import RunRecord
@@ -27,6 +27,7 @@ except ImportError:  # the optional extra ``otel`` is not installed
     trace = None  # type: ignore[assignment]
 
 TRACER_NAME = "agentkeel"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def enabled() -> bool:
@@ -87,4 +88,5 @@ def _call_span(event: JournalEvent) -> tuple[str, float, dict[str, Any]] | None:
 
 
 def _ns(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
+    """Nanoseconds since the epoch, in integers (a float timestamp loses the microseconds)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000

@@ -46,7 +46,7 @@ export function formatNumber(value) {
 
 // Cumulative tokens (input + output) per caller against time since the run started.
 export function spendChart(calls, callers) {
-  const width = 640, height = 220, box = { left: 56, top: 24, right: 520, bottom: 190 };
+  const width = 760, height = 220, box = { left: 56, top: 24, right: 520, bottom: 190 };
   const root = frame(width, height, "token spend by caller over time");
   const maxX = Math.max(1, ...calls.map((c) => c.t_ms || 0));
   const totals = {};
@@ -75,7 +75,7 @@ export function spendChart(calls, callers) {
 // Input tokens of each model call in order: the context the model was sent. A compaction's
 // summary call is marked; the calls after it show what the compaction took away.
 export function contextChart(calls, callers) {
-  const width = 640, height = 220, box = { left: 56, top: 24, right: 620, bottom: 190 };
+  const width = 760, height = 220, box = { left: 56, top: 24, right: 740, bottom: 190 };
   const root = frame(width, height, "context size per model call");
   const maxY = Math.max(1, ...calls.map((c) => c.input_tokens));
   axes(root, box, calls.length, maxY, (n) => `${n} calls`, "input tokens per call");

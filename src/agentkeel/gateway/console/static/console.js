@@ -159,7 +159,9 @@ function runHead(doc, base, refresh) {
 }
 
 function runBody(doc) {
-  const callers = [...new Set([...doc.steps.map((s) => s.caller), ...doc.model_calls.map((c) => c.caller)])];
+  // Model callers first, so the charts and the waterfall give each the same colour.
+  const callers = [...new Set([...doc.model_calls.map((c) => c.caller), ...doc.steps.map((s) => s.caller)])];
+  const spenders = callers.filter((caller) => doc.model_calls.some((c) => c.caller === caller));
   const total = Math.max(0, ...doc.steps.map((s) => s.end_ms ?? s.start_ms ?? 0));
   const reasons = el("ol", { class: "reasons" }, ...(doc.run.stop_reasons || []).map((reason) =>
     el("li", { "data-code": reason.code },
@@ -168,7 +170,7 @@ function runBody(doc) {
   return [
     section("Stop reasons", "stop-reasons", doc.run.stop_reasons?.length ? reasons : el("p", { text: "none: the run stopped on its own" })),
     section("Timeline", "timeline", el("p", { class: "hint", text: `${doc.steps.length} steps over ${(total / 1000).toFixed(2)} s; journal up to seq ${doc.last_seq}` }), waterfall(doc.steps, total, callers)),
-    section("Token spend by caller", "spend", el("div", { "data-testid": "spend-chart" }, spendChart(doc.model_calls, callers))),
+    section("Token spend by caller", "spend", el("div", { "data-testid": "spend-chart" }, spendChart(doc.model_calls, spenders))),
     section("Context size per model call", "context", el("div", { "data-testid": "context-chart" }, contextChart(doc.model_calls, callers))),
     section("Files changed", "changes", ...(doc.changes.length ? doc.changes.map(fileChange) : [el("p", { text: "no file changed" })])),
     section("Subagents", "subagents", subagents(doc.subagents)),
