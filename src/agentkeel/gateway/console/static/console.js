@@ -152,10 +152,19 @@ function runHead(doc, base, refresh) {
       el("dt", { text: "thread" }), el("dd", { text: run.thread_id }),
       el("dt", { text: "assistant" }), el("dd", { text: run.assistant_id }),
       el("dt", { text: "attempt" }), el("dd", { text: String(run.attempt) }),
-      el("dt", { text: "tokens" }), el("dd", { "data-testid": "tokens", text: `${usage.total_tokens || 0} (${usage.input_tokens || 0} in, ${usage.output_tokens || 0} out)` }),
+      el("dt", { text: "tokens" }), el("dd", { "data-testid": "tokens", text: tokens(active, usage, doc.model_calls) }),
       el("dt", { text: "duration" }), el("dd", { text: ended ? duration((ended - started) / 1000) : "running" })),
     el("div", { class: "actions" }, interrupt, rollback),
   ];
+}
+
+// The record's usage is written when the run ends; until then the journal's model calls say
+// what it has spent so far.
+function tokens(active, usage, calls) {
+  if (!active) return `${usage.total_tokens || 0} (${usage.input_tokens || 0} in, ${usage.output_tokens || 0} out)`;
+  const input = calls.reduce((sum, c) => sum + c.input_tokens, 0);
+  const output = calls.reduce((sum, c) => sum + c.output_tokens, 0);
+  return `${input + output} so far (${input} in, ${output} out)`;
 }
 
 function runBody(doc) {
