@@ -89,6 +89,9 @@ def test_a_live_run_is_watched_to_its_end(browser: Any, console_server: KeelServ
         assert codes == ["token_capped"] and record["stop_reason"] == "token_capped"
         assert page.locator("[data-testid=stop-reasons] li").evaluate_all("items => items.map(i => i.dataset.code)") == codes
         assert page.get_by_test_id("primary-stop-reason").text_content() == "token_capped"
+        assert page.get_by_test_id("outcome").text_content() == "success, capped or stopped by a guard"
+        head = httpx.get(f"{console_server.url}/threads/{run['thread_id']}/state", headers={"x-api-key": ALICE}).json()
+        assert head["checkpoint"]["checkpoint_id"] in str(page.get_by_test_id("resume").text_content())
         assert str(record["usage"]["total_tokens"]) in str(page.get_by_test_id("tokens").text_content())
 
         changes = {change["path"]: change for change in _api(console_server, f"{base}/changes")}

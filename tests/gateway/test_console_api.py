@@ -77,5 +77,6 @@ async def test_runs_are_listed_to_their_owner_and_to_admins(tmp_path: Path) -> N
             doc = (await http.get(path, headers=_as(key))).json()
             assert doc["run"]["run_id"] == mine["run_id"] and doc["run"]["subagents"] == []
             assert doc["manifest"] is None and doc["changes"] == [] and doc["last_seq"] >= 1
+            assert doc["clean"] is True and doc["resume_checkpoint_id"]
         bad = await http.get("/console/api/runs", params={"status": "finished"}, headers=_as(ALICE))
         assert bad.status_code == 422 and bad.json()["field"] == "status"

@@ -3,7 +3,8 @@
 This module is an adapter on purpose. It builds the timeline from what the runtime records today
 — the run record, the journal (model and tool calls with their latency and duration, subagent
 starts and ends, interventions, stop reasons, recoveries, file changes, the chain manifest) and the
-thread's checkpointed messages (the tool-call arguments the file diffs replay, see ``diffs``). The
+thread's checkpointed messages (the tool-call arguments the file diffs replay, see ``diffs``) and
+head checkpoint. The
 aligned timeline of ``runtime/timeline.py`` (one coordinate over checkpoints, journal and stream) is
 to replace the body of :func:`run_timeline`; the document's shape is what the page relies on.
 
@@ -24,8 +25,9 @@ from datetime import datetime
 from typing import Any
 
 from agentkeel.gateway.console.diffs import file_diffs, sha256_text
+from agentkeel.runtime.checkpoints import checkpoint_config
 from agentkeel.runtime.children import SUBAGENT_END, SUBAGENT_START, children_of
-from agentkeel.runtime.records import RunRecord
+from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.sandbox.workspace import Workspace
@@ -53,7 +55,16 @@ async def run_timeline(runtime: Runtime, record: RunRecord, run: dict[str, Any])
         "changes": file_diffs(changes, await _tool_calls(runtime, record), lambda path, sha: _final_text(workspace, path, sha)),
         "manifest": next((e.data for e in events if e.kind == "chain.manifest"), None),
         "subagents": children_of(events, run_ended=record.status.terminal),
+        # Was a success clean or capped, and where does the thread continue (its head checkpoint,
+        # which a later run on the thread may have moved on).
+        "clean": record.status is RunStatus.success and not record.stop_reasons,
+        "resume_checkpoint_id": await _head_checkpoint(runtime, record.thread_id),
     }
+
+
+async def _head_checkpoint(runtime: Runtime, thread_id: str) -> str | None:
+    head = await runtime.checkpointer.aget_tuple(checkpoint_config(thread_id))
+    return head.config["configurable"].get("checkpoint_id") if head else None
 
 
 def _ms(moment: datetime | None, origin: datetime) -> float | None:

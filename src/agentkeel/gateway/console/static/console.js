@@ -149,6 +149,8 @@ function runHead(doc, base, refresh) {
     el("dl", { class: "facts" },
       el("dt", { text: "status" }), el("dd", {}, el("span", { class: `badge status-${run.status}`, "data-testid": "run-status", text: run.status })),
       el("dt", { text: "stop reason" }), el("dd", { "data-testid": "primary-stop-reason", text: run.stop_reason || "none" }),
+      el("dt", { text: "outcome" }), el("dd", { "data-testid": "outcome", text: active ? "not ended" : doc.clean ? "clean success" : run.status === "success" ? "success, capped or stopped by a guard" : run.status }),
+      el("dt", { text: "resume from" }), el("dd", { "data-testid": "resume", text: doc.resume_checkpoint_id ? `checkpoint ${doc.resume_checkpoint_id} (the thread's head)` : "no checkpoint" }),
       el("dt", { text: "thread" }), el("dd", { text: run.thread_id }),
       el("dt", { text: "assistant" }), el("dd", { text: run.assistant_id }),
       el("dt", { text: "attempt" }), el("dd", { text: String(run.attempt) }),
