@@ -142,7 +142,7 @@ def _row(event: JournalEvent, origin: datetime) -> dict[str, Any] | None:
     base = {"id": f"s{event.seq}", "seq": event.seq, "caller": event.caller or "lead", "parent": None, "end_ms": end}
     if event.kind == "model.call":
         took = float(data.get("latency_ms") or 0)
-        what = "compaction summary" if base["caller"].startswith("middleware:summarization") else "model"
+        what = "compaction summary" if (event.caller or "").startswith("middleware:summarization") else "model"
         label = f"{what} {data.get('model') or '?'}: {data.get('input_tokens') or 0} in / {data.get('output_tokens') or 0} out"
         return {**base, "kind": "model", "label": label, "start_ms": _before(end, took), "status": "ok",
                 "detail": {k: data.get(k) for k in ("model", "input_tokens", "output_tokens", "latency_ms", "finish_reason", "estimated")}}
