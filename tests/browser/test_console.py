@@ -1,13 +1,16 @@
-"""The web console in headless Chromium against a real ``keel serve`` with API keys on: a live run
-is watched to its END (stop reasons, the waterfall with its subagent nested, the charts, the file
-diffs by step, the chain manifest, all checked against the API), a running run is interrupted with
-the page's button, and a page without a key says so and then works with one. No JavaScript error
-may occur; every page leaves a screenshot in the artefact directory (printed)."""
+"""The web console in headless Chromium against a real ``keel serve`` with API keys on.
+
+A live run is watched to its END: stop reasons, the waterfall with its subagent nested, the charts,
+the file diffs by step and the chain manifest, all checked against the API. A running run is
+interrupted with the page's button; another is rolled back once the page has asked. A page without
+a key says so, then works with one. No JavaScript error may occur, and every page leaves a
+screenshot in the artefact directory (printed)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +144,30 @@ def test_the_interrupt_button_stops_a_running_run(browser: Any, console_server: 
         record = _api(console_server, f"/threads/{run['thread_id']}/runs/{run['run_id']}")
         assert record["status"] == "interrupted" and record["stop_reason"] == "cancelled"
         assert page.locator("[data-testid=stop-reasons] li[data-code=cancelled]").count() == 1
+        assert page.problems == []
+    finally:
+        page.close()
+
+
+def test_cancel_and_roll_back_asks_first_then_deletes_the_run(browser: Any, console_server: KeelServer, artefacts: Path) -> None:
+    run = _start(console_server, ALICE, "alice", {"assistant_id": "echo", "input": {"steps": 200, "delay": 0.1, "custom": 1},
+                                                   "stream_mode": ["custom"]})
+    page = _open(browser, f"{console_server.url}/console#/runs/{run['thread_id']}/{run['run_id']}", ALICE)
+    dialogs: list[str] = []
+    try:
+        page.locator("[data-testid=live]", has_text="events").wait_for(timeout=TIMEOUT_MS)
+        page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.get_by_test_id("rollback").click()  # dismissed: nothing happens
+        page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+        page.get_by_test_id("rollback").click()
+        page.get_by_test_id("runs").wait_for(timeout=TIMEOUT_MS)  # back on the list
+        assert len(dialogs) == 2 and "Roll back this run?" in dialogs[0]
+        path = f"{console_server.url}/threads/{run['thread_id']}/runs/{run['run_id']}"
+        deadline = time.monotonic() + 20
+        while httpx.get(path, headers={"x-api-key": ALICE}).status_code != 404:
+            assert time.monotonic() < deadline, "the rolled-back run was not deleted"
+            time.sleep(0.1)
+        page.locator(f"[data-testid=runs] tr[data-run-id='{run['run_id']}']").wait_for(state="detached", timeout=TIMEOUT_MS)
         assert page.problems == []
     finally:
         page.close()

@@ -133,7 +133,8 @@ function runHead(doc, base, refresh) {
     if (action === "rollback" && !window.confirm("Roll back this run? Its checkpoints and file changes are undone and the run is deleted.")) return;
     try {
       await api(`${base}/cancel`, { method: "POST", query: { action } });
-      refresh();
+      if (action === "rollback") location.hash = "#/"; // a rolled-back run is deleted: back to the list
+      else refresh();
     } catch (error) {
       report(error);
     }
