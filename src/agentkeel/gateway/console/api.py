@@ -1,9 +1,10 @@
 """The console's data routes: runs across threads, and one run's timeline. Authenticated like the
 rest of the API (they are not under the open ``/console/assets/``), and scoped to the caller.
 
-Who sees what: a caller sees the runs of threads whose metadata ``owner`` is its ``user_id``; an
-admin (``admin`` permission) and everyone while authentication is off see every run. Another
-user's run is a 404, as if it did not exist, so ids cannot be probed.
+Who sees what is decided by ``access.py``, as for every other route: a run belongs to its thread's
+owner; an admin, and everyone while authentication is off, sees every run; the ``@auth.on`` rules
+of ``auth.mode: langgraph`` apply as to a thread search (the list) and a thread read (the
+timeline). Another user's run is a 404, as if it did not exist.
 
 ``GET /console/api/runs`` filters by status (in the store), then by assistant, primary stop reason
 and a run-or-thread id fragment; it reads the store in pages until ``limit`` visible runs are found
@@ -16,27 +17,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from agentkeel.gateway.auth import Identity, current_user
+from agentkeel.gateway.access import Caller
 from agentkeel.gateway.console.timeline import run_timeline
 from agentkeel.gateway.deps import Gateway, gateway
-from agentkeel.gateway.errors import NotFound
 from agentkeel.gateway.input_limits import MAX_OFFSET
 from agentkeel.gateway.routes.runs import run_detail_json, run_json
 from agentkeel.runtime.records import RunRecord, RunStatus, ThreadRecord
 
 router = APIRouter(prefix="/console/api", tags=["console"])
 GW = Annotated[Gateway, Depends(gateway)]
-User = Annotated[Identity | None, Depends(current_user)]
 PAGE = 200  # store rows read per round while filling a page
 MAX_SCANNED = 20_000  # a filter matching almost nothing stops here instead of reading every run
 Text = Annotated[str | None, Query(max_length=200)]
-
-
-def sees(identity: Identity | None, thread: ThreadRecord | None) -> bool:
-    """Whether ``identity`` may see the runs of ``thread`` (see the module docstring)."""
-    if identity is None or identity.is_admin:
-        return True
-    return thread is not None and thread.metadata.get("owner") == identity.user_id
 
 
 def summary(record: RunRecord) -> dict[str, Any]:
@@ -53,7 +45,7 @@ def summary(record: RunRecord) -> dict[str, Any]:
 @router.get("/runs")
 async def list_runs(
     gw: GW,
-    user: User,
+    access: Caller,
     status: RunStatus | None = None,
     assistant_id: Text = None,
     stop_reason: Text = None,
@@ -63,6 +55,7 @@ async def list_runs(
 ) -> list[dict[str, Any]]:
     """Runs newest first, visible to the caller, filtered (``stop_reason=none``: runs without one)."""
     store = gw.runtime.store
+    found_rule = await access.authorize("threads", "search", {"status": status.value if status else None, "limit": limit, "offset": offset})
     threads: dict[str, ThreadRecord | None] = {}
     found: list[dict[str, Any]] = []
     skipped = scanned = 0
@@ -74,7 +67,8 @@ async def list_runs(
                 continue
             if record.thread_id not in threads:
                 threads[record.thread_id] = await store.get_thread(record.thread_id)
-            if not sees(user, threads[record.thread_id]):
+            thread = threads[record.thread_id]
+            if thread is None or not access.sees(thread.metadata, found_rule):
                 continue
             if skipped < offset:
                 skipped += 1
@@ -96,9 +90,7 @@ def _matches(record: RunRecord, assistant_id: str | None, stop_reason: str | Non
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/timeline")
-async def timeline(thread_id: str, run_id: str, gw: GW, user: User) -> dict[str, Any]:
+async def timeline(thread_id: str, run_id: str, gw: GW, access: Caller) -> dict[str, Any]:
     """The run page's document (``console/timeline.py``)."""
-    record = await gw.run(run_id, thread_id)
-    if not sees(user, await gw.runtime.store.get_thread(thread_id)):
-        raise NotFound(f"Run {run_id} not found")
+    record = await access.run(run_id, thread_id)
     return await run_timeline(gw.runtime, record, await run_detail_json(gw, record))
