@@ -42,8 +42,8 @@ function url(path, query = {}) {
   return path + (text ? `?${text}` : "");
 }
 
-export async function api(path, { method = "GET", query = {} } = {}) {
-  const response = await fetch(url(path, query), { method, headers: headers({ accept: "application/json" }) });
+export async function api(path, { method = "GET", query = {}, signal } = {}) {
+  const response = await fetch(url(path, query), { method, headers: headers({ accept: "application/json" }), signal });
   if (!response.ok) {
     let detail = response.statusText;
     try {

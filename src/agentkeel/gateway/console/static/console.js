@@ -75,19 +75,21 @@ function runView(threadId, runId) {
   let pending = null;
   let events = 0;
   let following = false;
+  const stop = () => { controller.abort(); clearTimeout(pending); };
   const refresh = async () => {
+    if (controller.signal.aborted) return null; // left the page, or the run was rolled back and deleted
     try {
-      const doc = await api(`console/api/${base}/timeline`);
-      head.replaceChildren(...runHead(doc, base, refresh));
+      const doc = await api(`console/api/${base}/timeline`, { signal: controller.signal });
+      head.replaceChildren(...runHead(doc, base, refresh, stop));
       body.replaceChildren(...runBody(doc));
       clearErrors();
       return doc;
     } catch (error) {
-      report(error);
+      if (!controller.signal.aborted) report(error);
       return null;
     }
   };
-  const soon = () => { pending ||= setTimeout(() => { pending = null; refresh(); }, 400); };
+  const soon = () => { if (!controller.signal.aborted) pending ||= setTimeout(() => { pending = null; refresh(); }, 400); };
   const watch = async () => {
     if (following) return;
     following = true;
@@ -122,10 +124,10 @@ function runView(threadId, runId) {
       watch();
     }
   });
-  return () => { controller.abort(); clearTimeout(pending); };
+  return stop;
 }
 
-function runHead(doc, base, refresh) {
+function runHead(doc, base, refresh, stop) {
   const run = doc.run;
   const usage = run.usage || {};
   const active = !TERMINAL.has(run.status);
@@ -133,8 +135,12 @@ function runHead(doc, base, refresh) {
     if (action === "rollback" && !window.confirm("Roll back this run? Its checkpoints and file changes are undone and the run is deleted.")) return;
     try {
       await api(`${base}/cancel`, { method: "POST", query: { action } });
-      if (action === "rollback") location.hash = "#/"; // a rolled-back run is deleted: back to the list
-      else refresh();
+      if (action === "rollback") { // a rolled-back run is deleted: stop reading it, back to the list
+        stop();
+        location.hash = "#/";
+      } else {
+        refresh();
+      }
     } catch (error) {
       report(error);
     }
@@ -174,6 +180,8 @@ function runBody(doc) {
   // Model callers first, so the charts and the waterfall give each the same colour.
   const callers = [...new Set([...doc.model_calls.map((c) => c.caller), ...doc.steps.map((s) => s.caller)])];
   const spenders = callers.filter((caller) => doc.model_calls.some((c) => c.caller === caller));
+  const calls = doc.model_calls.length > 0;
+  const none = el("p", { class: "hint", text: "no model call journaled" });
   const total = Math.max(0, ...doc.steps.map((s) => s.end_ms ?? s.start_ms ?? 0));
   const reasons = el("ol", { class: "reasons" }, ...(doc.run.stop_reasons || []).map((reason) =>
     el("li", { "data-code": reason.code },
@@ -182,8 +190,8 @@ function runBody(doc) {
   return [
     section("Stop reasons", "stop-reasons", doc.run.stop_reasons?.length ? reasons : el("p", { text: "none: the run stopped on its own" })),
     section("Timeline", "timeline", el("p", { class: "hint", text: `${doc.steps.length} steps over ${(total / 1000).toFixed(2)} s; journal up to seq ${doc.last_seq}` }), waterfall(doc.steps, total, callers)),
-    section("Token spend by caller", "spend", el("div", { "data-testid": "spend-chart" }, spendChart(doc.model_calls, spenders))),
-    section("Context size per model call", "context", el("div", { "data-testid": "context-chart" }, contextChart(doc.model_calls, callers))),
+    section("Token spend by caller", "spend", el("div", { "data-testid": "spend-chart" }, calls ? spendChart(doc.model_calls, spenders) : none)),
+    section("Context size per model call", "context", el("div", { "data-testid": "context-chart" }, calls ? contextChart(doc.model_calls, callers) : none.cloneNode(true))),
     section("Files changed", "changes", ...(doc.changes.length ? doc.changes.map(fileChange) : [el("p", { text: "no file changed" })])),
     section("Subagents", "subagents", subagents(doc.subagents)),
     section("Chain manifest", "manifest", el("pre", { text: doc.manifest ? JSON.stringify(doc.manifest, null, 2) : "not journaled" })),
