@@ -52,6 +52,7 @@ NAMED: dict[tuple[str, str], Any] = {
     ("post", "/threads/{thread_id}/runs/{run_id}/stream"): None,
     ("get", "/threads/{thread_id}/runs/{run_id}/journal"): None,
     ("get", "/threads/{thread_id}/runs/{run_id}/changes"): None,
+    ("get", "/console/api/threads/{thread_id}/runs/{run_id}/timeline"): None,
     ("get", "/runs/{run_id}"): None,
     ("get", "/runs/{run_id}/join"): None,
     ("get", "/runs/{run_id}/stream"): None,
@@ -72,7 +73,7 @@ UNNAMED = {
     ("post", "/runs"), ("post", "/runs/stream"), ("post", "/runs/wait"), ("post", "/runs/cancel"),
     ("post", "/assistants"), ("post", "/assistants/search"), ("post", "/assistants/count"),
     ("get", "/store/items"), ("put", "/store/items"), ("delete", "/store/items"),
-    ("post", "/store/items/search"), ("post", "/store/namespaces"),
+    ("post", "/store/items/search"), ("post", "/store/namespaces"), ("get", "/console/api/runs"),
 }
 SERVICE = {("get", p) for p in ("/ok", "/healthz", "/readyz", "/info", "/metrics")}  # no user data
 
@@ -145,6 +146,10 @@ async def test_every_route_refuses_the_wrong_user(tmp_path: Path) -> None:
             response = await http.post("/runs/cancel", json=body, headers=AS_BOB)
             assert response.status_code == 404, (body, response.text)
             nothing_of_alices(response)
+        for params in ({}, {"q": tid}, {"status": "pending"}):  # the console's run list
+            response = await http.get("/console/api/runs", params=params, headers=AS_BOB)
+            nothing_of_alices(response)
+            assert ok(response) == [], (params, response.text)
         for path in ("/runs", "/runs/stream", "/runs/wait"):
             response = await http.post(path, json={**RUN, "config": {"configurable": {"thread_id": tid}}}, headers=AS_BOB)
             assert response.status_code == 404, (path, response.text)

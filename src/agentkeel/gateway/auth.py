@@ -10,8 +10,9 @@ the one place routes (through ``access.py``, which decides what the caller may s
 ``{"detail": ...}`` with ``WWW-Authenticate``, never a 500.
 
 Open without credentials (``OPEN_PATHS``): the health probes (``/ok``, ``/healthz``, ``/readyz``,
-which load balancers call bare), ``/info`` (the server's version, which clients read first) and the
-API description (``/docs``, ``/redoc``, ``/openapi.json``: public, the same for every deployment).
+which load balancers call bare), ``/info`` (the server's version, which clients read first), the
+API description (``/docs``, ``/redoc``, ``/openapi.json``: public, the same for every deployment)
+and the console's page and static files (``/console``, ``/console/assets/...``: no data in them).
 Everything else, ``/metrics`` included, needs credentials.
 """
 
@@ -35,7 +36,8 @@ from agentkeel.config import AuthConfig, KeelConfig
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/ok", "/healthz", "/readyz", "/info", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+OPEN_PATHS = frozenset({"/ok", "/healthz", "/readyz", "/info", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/console"})
+OPEN_PREFIXES = ("/console/assets/",)  # the console's static files; its data routes (/console/api/) need credentials
 ADMIN_PERMISSION = "admin"
 BEARER_CHALLENGE = 'Bearer realm="agentkeel"'
 
@@ -147,7 +149,7 @@ class Authentication:
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,24 +18,10 @@ from typing import Any
 from fastapi import Request
 
 from agentkeel.config import GatewayConfig
-from agentkeel.runtime.records import RunRecord
+from agentkeel.gateway.metrics import Metrics
 from agentkeel.runtime.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Metrics:
-    """Counters of this process since it started (the store holds the durable truth)."""
-
-    runs_created: int = 0
-    runs_finished: Counter[str] = field(default_factory=Counter)
-    streams_open: int = 0
-    stream_events_sent: int = 0
-
-    async def on_run_finished(self, record: RunRecord) -> None:
-        """A runtime completion hook: counts finished runs by terminal status."""
-        self.runs_finished[record.status.value] += 1
 
 
 @dataclass
@@ -46,6 +31,9 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     draining: bool = False
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.metrics.bind(self.runtime, lambda: self.draining)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keep a reference, and log (never lose) its failure."""

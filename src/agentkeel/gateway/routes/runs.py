@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
@@ -90,6 +91,7 @@ async def _admit(gw: Gateway, access: Access, body: RunCreate, thread_id: str, *
     # racing creators one wins; the others find someone's thread) and removed again, if still
     # empty, when admission refuses the run.
     created = existing is None and access.identity is not None and await _create_owned(access, thread_id, found)
+    began = time.perf_counter()
     try:
         record = await gw.runtime.manager.create(request)
     except BaseException as exc:
@@ -98,7 +100,7 @@ async def _admit(gw: Gateway, access: Access, body: RunCreate, thread_id: str, *
         if isinstance(exc, ConflictError):
             raise ConflictError(BUSY_THREAD) from None
         raise
-    gw.metrics.runs_created += 1
+    gw.metrics.admitted(time.perf_counter() - began)
     # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
     # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
     # thread's cleanup task exists, so this never re-creates a deleted thread.
