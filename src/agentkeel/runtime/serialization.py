@@ -4,6 +4,7 @@ JSON-safe data for the stores and the API (``to_jsonable``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import OrderedDict
 from datetime import datetime
 from enum import Enum
@@ -86,17 +87,17 @@ class EventEncoder:
             out = orjson.dumps(data, default=self._default, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:
             out = b""
-        if not out or _PREGEL in out:
-            out = orjson.dumps(to_jsonable(data), default=str, option=orjson.OPT_NON_STR_KEYS)
+        if not out or _PREGEL in out:  # the rare chunk: the JSON-safe walk and the stdlib encoder
+            out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
         return out
 
     def _default(self, value: Any) -> Any:
         if isinstance(value, BaseModel):
             if isinstance(value, BaseMessageChunk):
                 return value.model_dump()
-            key = id(value)
+            key = id(value)  # the memo holds the object, so its id is not reused while remembered
             hit = self._memo.get(key)
-            if hit is not None and hit[0] is value:
+            if hit is not None:
                 self._memo.move_to_end(key)
                 return hit[1]
             encoded = orjson.dumps(value.model_dump(), default=self._default, option=orjson.OPT_NON_STR_KEYS)
@@ -106,17 +107,12 @@ class EventEncoder:
             return list(value)
         if isinstance(value, bytes):
             return value.decode("utf-8", "replace")
-        if hasattr(value, "value") and hasattr(value, "id") and type(value).__name__ == "Interrupt":
-            return {"value": value.value, "id": value.id}
-        return str(value)
+        return str(value)  # dataclasses (LangGraph's Interrupt among them) never get here
 
     def _remember(self, key: int, value: Any, encoded: bytes) -> None:
         size = len(encoded)
         if size > self._max_bytes:
             return
-        old = self._memo.pop(key, None)
-        if old is not None:
-            self._bytes -= old[2]
         self._memo[key] = (value, orjson.Fragment(encoded), size)
         self._bytes += size
         while self._bytes > self._max_bytes:
