@@ -18,7 +18,8 @@ within 40 MiB of RSS after 10; first graph event under 10 concurrent runs no lat
 sequential one.
 
 Run ``python benchmarks/agent_workload.py [--sequential 5] [--concurrent 10] [--runs 200]
-[--stream-mode values,messages-tuple] [--database URL]`` (Linux: reads ``/proc``).
+[--stream-mode values,messages-tuple] [--database URL] [--limit KEY=VALUE]`` (Linux: reads
+``/proc``).
 """
 
 from __future__ import annotations
@@ -67,14 +68,14 @@ def lead_script() -> dict[str, Any]:
     return {"strict": True, "agents": {"lead": turns}}
 
 
-def write_config(root: Path, database: str | None) -> Path:
+def write_config(root: Path, database: str | None, limits: dict[str, Any]) -> Path:
     (root / "lead.yaml").write_text(yaml.safe_dump(lead_script(), sort_keys=False))
     config = {
         "data_dir": str(root / "data"),
         "database": database or f"sqlite:///{root / 'keel.db'}",
         "models": [{"name": "scripted", "use": "scripted", "script": "lead.yaml"}],
         "assistants": [{"assistant_id": "lead", "model": "scripted"}],
-        "limits": {"stream_heartbeat_s": 1},
+        "limits": {"stream_heartbeat_s": 1, **limits},
         "gateway": {"heartbeat_s": 1, "drain_s": 2},
     }
     path = root / "keel.yaml"
@@ -205,22 +206,18 @@ async def long_phase(http: httpx.AsyncClient, pid: int, runs: int, modes: list[s
     return after_10, last
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sequential", type=int, default=5)
-    parser.add_argument("--concurrent", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=0, help="a long sequential phase printing RSS every 10 runs")
-    parser.add_argument("--stream-mode", default="values,messages-tuple")
-    parser.add_argument("--database", default=None, help="default: a SQLite file in a temp dir")
-    args = parser.parse_args()
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the server, run the phases, print the tables; the figures, for callers (the smoke test)."""
     modes = [m for m in args.stream_mode.split(",") if m]
+    result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="keel-agent-bench-") as tmp:
-        server = start_server(write_config(Path(tmp), args.database))
+        extra = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.limit)}
+        server = start_server(write_config(Path(tmp), args.database, extra))
         try:
             pid = server.pid
-            print(f"keel serve pid {pid}, RSS {rss_bytes(pid) / MIB:.1f} MiB at start; {TOOL_TURNS + 1} model calls per run ({TOOL_TURNS // 2} writes of "
-                  f"{CONTENT_BYTES} B + {TOOL_TURNS // 2} reads, {FILES} files), stream_mode {modes}; "
-                  f"load average {os.getloadavg()[0]:.2f}")
+            print(f"keel serve pid {pid}, RSS {rss_bytes(pid) / MIB:.1f} MiB at start; {TOOL_TURNS + 1} model calls per run "
+                  f"({TOOL_TURNS // 2} writes of {CONTENT_BYTES} B + {TOOL_TURNS // 2} reads, {FILES} files), "
+                  f"stream_mode {modes}; load average {os.getloadavg()[0]:.2f}")
             limits = httpx.Limits(max_connections=args.concurrent + 10)
             async with httpx.AsyncClient(base_url=server.url, timeout=300, limits=limits) as http:
                 await one_run(http, modes)  # warm-up: imports, statement compilation, first checkpoint
@@ -235,15 +232,30 @@ async def main() -> None:
                       f"(target <= {RSS_TARGET_MIB}): {'met' if ok else 'MISSED'}")
                 print(f"first graph event, concurrent/sequential: {ratio:.2f}x "
                       f"(target <= {FIRST_GRAPH_EVENT_RATIO}x): {'met' if ratio <= FIRST_GRAPH_EVENT_RATIO else 'MISSED'}")
+                result = {"phases": phases, "first_graph_event_ratio": ratio}
                 if args.runs >= 10:
                     after_10, after_all = await long_phase(http, pid, args.runs, modes)
                     growth = (after_all - after_10) / MIB
                     print(f"RSS growth from run 10 to run {args.runs}: {growth:+.1f} MiB "
                           f"(target within {RSS_GROWTH_TARGET_MIB}): {'met' if abs(growth) <= RSS_GROWTH_TARGET_MIB else 'MISSED'}")
+                    result["rss_growth_mib"] = growth
             print(f"load average at the end {os.getloadavg()[0]:.2f}")
         finally:
             server.stop()
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sequential", type=int, default=5)
+    parser.add_argument("--concurrent", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=0, help="a long sequential phase printing RSS every 10 runs")
+    parser.add_argument("--stream-mode", default="values,messages-tuple")
+    parser.add_argument("--database", default=None, help="default: a SQLite file in a temp dir")
+    parser.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE",
+                        help="a `limits:` setting of the server, e.g. stream_max_bytes=1048576 (repeatable)")
+    return asyncio.run(measure(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

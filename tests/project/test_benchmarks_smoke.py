@@ -84,3 +84,15 @@ def test_context_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: py
     assert set(runs) == {"plain", "full", "delta"}
     assert runs["full"].summaries and not runs["plain"].summaries  # compaction happened, and only where on
     assert max(r.messages for r in runs["full"].lead) <= 9 < max(r.messages for r in runs["plain"].lead)
+
+
+def test_agent_workload_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("agent_workload", monkeypatch)
+    result = bench.main(["--sequential", "1", "--concurrent", "2", "--stream-mode", "values"])
+    out = capsys.readouterr().out
+    assert "peak RSS at 2 concurrent" in out and "first graph event" in out
+    sequential, concurrent = result["phases"]
+    assert len(sequential.runs) == 1 and len(concurrent.runs) == 2
+    assert all(r.sse_bytes > 0 and 0 < r.first_event_s <= r.first_graph_event_s <= r.wall_s
+               for p in result["phases"] for r in p.runs)
+    assert concurrent.peak_rss > 0 and concurrent.cpu_s > 0
