@@ -201,8 +201,8 @@ class Limits(_Strict):
     stream_end_grace_s: Annotated[float, Field(gt=0)] = 10.0
     # Memory bridge: the most bytes of events one run's stream and all of this process's streams
     # retain; over it, the oldest history goes (a ``gap`` to anyone who had not read it).
-    stream_run_max_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
-    stream_max_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
+    stream_run_max_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    stream_max_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
     # Ownership: the owner renews its lease every third of this; a run whose lease expired is
     # recovered by a live worker (its assistant's ``on_worker_lost`` policy).
     lease_ttl_s: Annotated[float, Field(ge=1)] = 30.0
