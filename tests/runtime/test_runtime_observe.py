@@ -108,12 +108,11 @@ async def test_after_the_stream_is_deleted_the_record_answers_at_once(keel: Keel
 async def test_a_join_after_the_end_grace_is_answered_from_the_record_with_a_gap(keel: Keel) -> None:
     # A finished run's stream is dropped soon after END; a later join must neither hang nor look
     # complete: the record answers it, after a gap for the history it asked for and never read.
-    async with keel.open(keel.config(limits={"stream_end_grace_s": 0.2})) as rt:
+    async with keel.open(keel.config(limits={"stream_end_grace_s": 1.0})) as rt:
         run = await run_to_end(rt, new_thread_id("grace"), "hi")
-        published = rt.bridge.last_seq(run.run_id)
-        assert published is None  # forgotten at END: the counter never outlives the run
+        assert rt.bridge.last_seq(run.run_id) is None  # forgotten at END: the counter never outlives the run
         assert await rt.bridge.exists(run.run_id)  # within the grace: replayable
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(1.3)
         assert not await rt.bridge.exists(run.run_id)
         async with asyncio.timeout(2):
             items = [i async for i in observe(rt, run.run_id, last_event_id="1", heartbeat_s=0.05)]

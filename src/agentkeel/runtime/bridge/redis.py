@@ -110,15 +110,15 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 def open_clients(url: str, *, heartbeat_s: float, max_subscribers: int | None) -> tuple[Redis, Redis]:
     """(publisher, subscriber) clients of ``url``, with separate pools and bounded waits."""
     common: dict[str, Any] = {
-        "decode_responses": True,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": HEALTH_CHECK_S,
         "socket_keepalive": True,
         "retry": Retry(NoBackoff(), 0),  # publishes must not repeat; reads retry in _retrying
     }
-    publisher = Redis.from_url(url, socket_timeout=PUBLISH_TIMEOUT_S, **common)
-    subscriber = Redis.from_url(
+    publisher = Redis.from_url(url, socket_timeout=PUBLISH_TIMEOUT_S, decode_responses=True, **common)
+    subscriber = Redis.from_url(  # raw replies: event data is handed on as the bytes stored
         url,
+        decode_responses=False,
         socket_timeout=heartbeat_s + READ_GRACE_S,
         max_connections=None if max_subscribers is None else max_subscribers + POOL_MARGIN,
         **common,
@@ -126,10 +126,15 @@ def open_clients(url: str, *, heartbeat_s: float, max_subscribers: int | None) -
     return publisher, subscriber
 
 
-def _split_id(entry_id: str) -> tuple[int, bool]:
-    """(seq, is_end) of one of our stream entry ids."""
-    seq, sub = entry_id.split("-")
+def _split_id(entry_id: str | bytes) -> tuple[int, bool]:
+    """(seq, is_end) of one of our stream entry ids (from a decoding client or a raw one)."""
+    seq, sub = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")
     return int(seq), sub != "0"
+
+
+def _field(fields: dict[Any, Any], name: str) -> Any:
+    """A field of an entry read by a raw client (bytes keys) or a decoding one (str keys)."""
+    return fields[name.encode()] if name.encode() in fields else fields[name]
 
 
 async def _retrying(op: Callable[[], Awaitable[T]]) -> T:
@@ -187,8 +192,11 @@ class _RedisReader(Reader):
             seq, is_end = _split_id(entry_id)
             if is_end:
                 return Batch(events, True, seq)
-            data = fields["data"]
-            events.append(data_event(seq, fields["event"], data.encode() if isinstance(data, str) else data))
+            event, data = _field(fields, "event"), _field(fields, "data")
+            events.append(data_event(
+                seq, event.decode() if isinstance(event, bytes) else event,
+                data.encode() if isinstance(data, str) else data,
+            ))
         return Batch(events, False)
 
 
@@ -215,7 +223,9 @@ class _RedisWatch(ThreadWatch):
 
 class RedisStreamBridge(StreamBridge):
     """Takes ownership of ``client`` (publishes, ``exists``, ``delete``) and ``subscriber``
-    (subscriptions; defaults to ``client``), both ``decode_responses=True``; ``close`` closes them."""
+    (subscriptions; defaults to ``client``); ``client`` with ``decode_responses=True``, ``subscriber``
+    either way (``open_clients`` makes it raw, so event data arrives as the bytes stored);
+    ``close`` closes them."""
 
     cross_process = True
     faults: ClassVar[tuple[type[BaseException], ...]] = (RedisError, OSError, BridgeFault)
