@@ -6,7 +6,7 @@ CORS headers, so a browser client can read it) and outside everything that reads
 unauthenticated caller cannot make the server parse anything. It asks the authenticator of
 ``auth.mode`` (``api_keys`` here, ``jwt`` in ``auth_tokens``, ``langgraph`` in ``auth_langgraph``)
 for an ``Identity`` and puts it on ``request.state.identity``; the ``current_user`` dependency is
-the one place routes (and the ownership checks to come) read it. A refusal is a JSON 401
+the one place routes (through ``access.py``, which decides what the caller may see) read it. A refusal is a JSON 401
 ``{"detail": ...}`` with ``WWW-Authenticate``, never a 500.
 
 Open without credentials (``OPEN_PATHS``): the health probes (``/ok``, ``/healthz``, ``/readyz``,
@@ -164,11 +164,20 @@ class Authentication:
         await self.app(scope, receive, send)
 
 
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthFailure)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+
 def install_auth(app: FastAPI, config: KeelConfig) -> None:
-    """Authenticate every request of ``app`` as ``config.auth`` says (nothing for mode ``none``)."""
+    """Authenticate every request of ``app`` as ``config.auth`` says (nothing for mode ``none``);
+    mode ``langgraph`` also puts the ``Auth`` object's ``@auth.on`` rules on ``app.state.auth_rules``
+    for ``access.py``, whose refusals (``AuthFailure`` raised in a route) answer like a 401 here."""
     authenticator = build_authenticator(config.auth, config.base_dir)
     if authenticator is not None:
         app.add_middleware(Authentication, authenticator=authenticator)
+        app.add_exception_handler(AuthFailure, _refused)
+        app.state.auth_rules = getattr(authenticator, "rules", None)
 
 
 def current_user(request: Request) -> Identity | None:

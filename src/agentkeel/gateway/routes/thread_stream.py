@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from agentkeel.gateway.access import Caller
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.render import ModeRenderer
 from agentkeel.gateway.sse import STREAM_ROUTE, follow_run, frame_data, rendered_frames, sse_frame
@@ -77,11 +78,12 @@ def _split_cursor(last_event_id: str | None) -> tuple[str | None, str]:
 async def thread_stream(
     thread_id: str,
     gw: Annotated[Gateway, Depends(gateway)],
+    access: Caller,
     stream_mode: Modes = None,
     stream_modes: Modes = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
-    await gw.thread(thread_id)
+    await access.thread(thread_id)
     gw.runtime.bridge.check_capacity()
     modes = _thread_modes(stream_mode, stream_modes)
     run_id, event_id = _split_cursor(last_event_id)
