@@ -73,7 +73,10 @@ def event_stream(
 def sse_frame(name: str, data: Any, event_id: str | None = None) -> bytes:
     """One SSE frame, written as bytes: a published event's data arrives as its published JSON
     (an ``orjson.Fragment``, see ``frame_data``) and is copied in, never encoded again. Compact
-    JSON has no raw newline, so it is always a single ``data:`` line."""
+    JSON has no raw newline, so it is always a single ``data:`` line; a line break in a name (a
+    user graph's node name ends up in ``mode|namespace``) is dropped, as sse-starlette does."""
+    if "\n" in name or "\r" in name:
+        name = name.replace("\r", "").replace("\n", "")
     head = f"id: {event_id}\r\nevent: {name}\r\ndata: " if event_id else f"event: {name}\r\ndata: "
     return b"".join((head.encode(), encode_data(data), b"\r\n\r\n"))
 
