@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langgraph.types import Interrupt
 
+from agentkeel.runtime import serialization
 from agentkeel.runtime.serialization import EventEncoder, to_jsonable
 
 
@@ -52,3 +54,16 @@ def test_the_memo_is_bounded_and_never_holds_token_chunks() -> None:
         data = {"messages": messages[:n]}
         assert orjson.loads(encoder.encode(data)) == json.loads(reference(data))
         assert 0 < encoder.held_bytes <= 2_000
+
+
+def test_a_messages_chunk_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # LangGraph's metadata names "__pregel_pull" as a value in every messages chunk: only a
+    # "__pregel*" *key* needs the JSON-safe walk.
+    chunk = (AIMessageChunk("tok", id="a1"), {"langgraph_path": ["__pregel_pull", "model"], "langgraph_step": 1})
+    expected = reference(chunk)
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the fallback path was taken")
+
+    monkeypatch.setattr(serialization, "to_jsonable", refused)
+    assert EventEncoder().encode(chunk) == expected

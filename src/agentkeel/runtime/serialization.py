@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import OrderedDict
 from datetime import datetime
 from enum import Enum
@@ -56,6 +57,7 @@ first). A ``values`` stream of a long thread re-sends every message at every ste
 messages it re-sends encoded, without letting a long run's history pile up in memory."""
 
 _PREGEL = b'"__pregel'
+_PREGEL_KEY = re.compile(rb'"__pregel(?:[^"\\]|\\.)*":')  # a key (a string then ":"), not a value
 
 
 class EventEncoder:
@@ -87,7 +89,7 @@ class EventEncoder:
             out = orjson.dumps(data, default=self._default, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:
             out = b""
-        if not out or _PREGEL in out:  # the rare chunk: the JSON-safe walk and the stdlib encoder
+        if not out or (_PREGEL in out and _PREGEL_KEY.search(out)):  # rare: the JSON-safe walk
             out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
         return out
 
