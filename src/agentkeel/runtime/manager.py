@@ -157,6 +157,7 @@ class RunManager:
                     ),
                 )
         await self._wake_workers()
+        await self._deps.bridge.announce(record.thread_id)  # wakes the thread's join streams
         return result.record
 
     async def _check_checkpoint(self, prepared: PreparedRun) -> None:

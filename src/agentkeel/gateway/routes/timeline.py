@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
+from agentkeel.gateway.access import Caller
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import NotFound
 from agentkeel.runtime.timeline import load_timeline
@@ -21,9 +22,9 @@ GW = Annotated[Gateway, Depends(gateway)]
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/timeline")
-async def run_timeline(thread_id: str, run_id: str, gw: GW) -> dict[str, Any]:
+async def run_timeline(thread_id: str, run_id: str, gw: GW, access: Caller) -> dict[str, Any]:
     """AgentKeel: the run's aligned timeline (journal, checkpoints, stream) and its divergences."""
-    await gw.run(run_id, thread_id)  # 404 for a run that is not this thread's
+    await access.run(run_id, thread_id)  # 404 for a run of another thread, or another user's
     timeline = await load_timeline(gw.runtime, run_id)
     if timeline is None:  # deleted between the two reads
         raise NotFound(f"Run {run_id} not found")
