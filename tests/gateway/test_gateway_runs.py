@@ -237,8 +237,9 @@ async def test_a_reaped_stream_is_answered_from_the_run_record(client: httpx.Asy
     run_id = response.headers["content-location"].rsplit("/", 1)[1]
     await runtime.bridge.delete(run_id)
     replay = parse_sse((await client.get(response.headers["location"], headers={"Last-Event-ID": "-1"})).text)
-    assert [f["event"] for f in replay] == ["run_record"]
-    assert replay[0]["data"]["run_id"] == run_id and replay[0]["data"]["status"] == "success"
+    # History was asked for and is gone: a gap says so (never a silent truncation), then the record.
+    assert [f["event"] for f in replay] == ["gap", "run_record"]
+    assert replay[1]["data"]["run_id"] == run_id and replay[1]["data"]["status"] == "success"
     assert parse_sse((await client.get(response.headers["location"])).text) == []  # a live join: nothing
 
 
