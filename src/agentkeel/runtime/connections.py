@@ -21,9 +21,11 @@ opens, so ``database_pool.size`` bounds the connections a process holds.
   replaced rather than failing the next call. Migrations lift the statement timeout for themselves
   (an index build on a large table may legitimately take longer). URL query parameters win over
   these defaults.
-* **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size.
-  LangGraph's SQLite saver and store take a single connection rather than a pool, so each keeps its
-  own aiosqlite connection to the same file (``sqlite_connection``).
+* **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size, on
+  connections that run on the event loop's thread (``sqlite_inline.py``: a statement never waits
+  for a lock there, so it never blocks the loop). LangGraph's SQLite saver and store take a single
+  connection rather than a pool, so each keeps its own aiosqlite connection (with its thread) to
+  the same file (``sqlite_connection``).
 * **memory://** -- nothing to open.
 """
 
@@ -44,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from agentkeel.database import Database, DatabasePool
+from agentkeel.runtime.sqlite_inline import InlineConnection, connect_inline
 from agentkeel.runtime.stores.sql_engine import SqlDatabase
 
 APPLICATION_NAME = "agentkeel"  # what pg_stat_activity shows, unless the URL names another
@@ -182,9 +185,15 @@ def _postgres_engine(pool: Pool, settings: DatabasePool) -> AsyncEngine:
 
 
 def _sqlite_engine(path: Path, settings: DatabasePool) -> AsyncEngine:
-    path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def connect() -> InlineConnection:
+        return await connect_inline(path)
+
     return create_async_engine(
         URL.create("sqlite+aiosqlite", database=str(path)),
+        async_creator=connect,
         pool_size=settings.size,
         max_overflow=0,
         pool_timeout=settings.acquire_timeout_s,
