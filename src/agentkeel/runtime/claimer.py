@@ -149,6 +149,33 @@ class Claimer:
         self._launch(record, sent)
         return True
 
+    async def claim_admitted(self, run_id: str) -> bool:
+        """Claim and launch ``run_id``, just admitted by this process, from the admission itself;
+        False (the run stays for the claim loop, which the caller wakes) when there is no capacity,
+        the run is not startable or taken, or the claim failed.
+
+        Why not leave it to the loop: under load the loop's task gets its turn only after every
+        other ready task has had one, so a new run's start would wait behind the steps of every
+        run already executing. The claim is the same ``claim_next`` (limited to this run), so it
+        keeps its thread's FIFO and exactly-one-owner guarantees.
+        """
+        if not self._claiming or len(self._runs) >= self._limits.worker_max_runs:
+            return False
+        if self._only is not None and run_id not in self._only:
+            return False
+        sent = time.monotonic()
+        try:
+            record = await self._deps.store.claim_next(self._deps.owner, self._keeper.expiry(), utcnow(), run_ids=[run_id])
+        except Exception as exc:  # the admission stands; the loop retries the claim
+            log.warning("claiming run %s at admission failed, leaving it to the claim loop: %r", run_id, exc)
+            return False
+        if record is None:
+            return False
+        if self._only is not None:
+            self._only.discard(run_id)
+        self._launch(record, sent)
+        return True
+
     # -- executing ---------------------------------------------------------------------------
     def _launch(self, record: RunRecord, sent: float, resumed_from: int | None = None) -> None:
         try:
