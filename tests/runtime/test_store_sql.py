@@ -228,29 +228,81 @@ async def inserts(db: SqlDatabase) -> AsyncIterator[list[str]]:
     event.remove(db.engine.sync_engine, "before_cursor_execute", record)
 
 
-async def test_appends_of_many_runs_at_once_are_one_write(db: SqlDatabase, inserts: list[str]) -> None:
+@contextlib.asynccontextmanager
+async def _journal_locked(url: str, dialect: str) -> AsyncIterator[None]:
+    """Another connection holds the journal's write lock until the block ends."""
+    if dialect == "sqlite":
+        path = url.removeprefix("sqlite:///")
+        release, held = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            held.set()
+            release.wait()
+            conn.execute("ROLLBACK")
+            conn.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        await asyncio.to_thread(held.wait)
+        try:
+            yield
+        finally:
+            release.set()
+            await asyncio.to_thread(holder.join)
+        return
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("LOCK TABLE journal IN EXCLUSIVE MODE")
+        yield
+        await conn.rollback()
+
+
+async def _in_flight(journal: SqlJournalStore) -> None:
+    while journal._writing is None:  # the leader's write is waiting for the lock
+        await asyncio.sleep(0.005)
+
+
+async def test_appends_arriving_while_a_write_is_in_flight_are_one_write(
+    db: SqlDatabase, sql_url: str, inserts: list[str]
+) -> None:
     journal = SqlJournalStore(db)
-    await journal.append([_event("warm", 1)])  # the writer's first statement
-    inserts.clear()
-    await asyncio.gather(*(journal.append([_event(f"run-{i}", 1), _event(f"run-{i}", 2)]) for i in range(10)))
-    assert len(inserts) == 1
+    async with _journal_locked(sql_url, db.dialect):
+        leader = asyncio.create_task(journal.append([_event("leader", 1)]))
+        await _in_flight(journal)
+        joined = [asyncio.create_task(journal.append([_event(f"run-{i}", 1), _event(f"run-{i}", 2)])) for i in range(10)]
+        await asyncio.sleep(0)
+    await asyncio.gather(leader, *joined)
+    # The leader's one row (its statement retried while the lock was held, on SQLite), then the
+    # other ten runs' twenty rows in a single statement.
+    rows_per_insert = [statement.count("), (") + 1 for statement in inserts]
+    assert set(rows_per_insert) == {1, 20} and rows_per_insert.count(20) == 1, rows_per_insert
+    assert [e.seq for e in await journal.list("leader")] == [1]
     for i in range(10):
         assert [e.seq for e in await journal.list(f"run-{i}")] == [1, 2]
 
 
-async def test_a_failing_append_fails_only_its_own_caller(db: SqlDatabase) -> None:
+async def test_a_failing_append_fails_only_its_own_caller(db: SqlDatabase, sql_url: str) -> None:
     journal = SqlJournalStore(db)
     unstorable = {"value": {1, 2}}  # a set: the JSON column refuses it
-    results = await asyncio.gather(
-        journal.append([_event("good-1", 1)]),
-        journal.append([_event("bad", 1, unstorable)]),
-        journal.append([_event("good-2", 1)]),
-        return_exceptions=True,
-    )
+    async with _journal_locked(sql_url, db.dialect):
+        leader = asyncio.create_task(journal.append([_event("leader", 1)]))
+        await _in_flight(journal)
+        group = asyncio.gather(
+            journal.append([_event("good-1", 1)]),
+            journal.append([_event("bad", 1, unstorable)]),
+            journal.append([_event("good-2", 1)]),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(0)
+    await leader
+    results = await group
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], Exception)
-    assert [e.seq for e in await journal.list("good-1")] == [1]
-    assert [e.seq for e in await journal.list("good-2")] == [1]
+    for run_id in ("leader", "good-1", "good-2"):
+        assert [e.seq for e in await journal.list(run_id)] == [1]
     assert await journal.list("bad") == []
 
 

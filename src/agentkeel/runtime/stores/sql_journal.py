@@ -35,51 +35,61 @@ def _to_event(row: RowMapping) -> JournalEvent:
 
 
 class SqlJournalStore(SqlBacked, JournalStore):
-    """Appends are group-committed: what the runs of this process append while one write is in
-    flight goes into the next write together, one statement (up to ``MAX_ROWS`` events) in one
-    transaction, so ten runs journaling at once cost one commit, not ten, and on SQLite hold the
-    process's single writer once. Each caller still returns only once its own events are stored,
-    and gets the error if they were not: a write that fails for a group is retried per caller, so
-    one caller's failure is never another's."""
+    """Appends are group-committed: an append that finds no write in flight writes at once (on
+    SQLite without a single suspension); what the runs of this process append while a write is in
+    flight is written right after it, all together, one statement (up to ``MAX_ROWS`` events) in
+    one transaction -- so runs journaling at once cost one commit and one round trip, not one each.
+    Each caller still returns only once its own events are stored, and gets the error if they were
+    not: a group write that fails is retried per caller, so one caller's failure is never another's."""
 
     def __init__(self, db: SqlDatabase) -> None:
         super().__init__(db)
         self._pending: list[tuple[list[JournalEvent], asyncio.Future[None]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writing: asyncio.AbstractEventLoop | None = None  # the loop a write is in flight on
 
     async def append(self, events: list[JournalEvent]) -> None:
-        """Store the batch (with whatever other runs append meanwhile); a ``(run_id, seq)``
-        already stored is skipped."""
+        """Store the batch; a ``(run_id, seq)`` already stored is skipped."""
         if not events:
             return
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        done.add_done_callback(_retrieve)  # a cancelled caller leaves no "never retrieved" warning
-        self._pending.append((list(events), done))
-        if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
-            self._writer = loop.create_task(self._write_pending())
-        # Shielded: a caller cancelled while waiting must not cancel the write of everyone else's.
-        await asyncio.shield(done)
+        if self._writing is loop:  # join the group written after the write in flight
+            done = loop.create_future()
+            done.add_done_callback(_retrieve)  # a cancelled caller leaves no "never retrieved" warning
+            self._pending.append((list(events), done))
+            # Shielded: a caller cancelled while waiting must not cancel the others' write.
+            await asyncio.shield(done)
+            return
+        self._writing = loop
+        try:
+            await self._insert(events)
+        finally:
+            if self._pending:
+                loop.create_task(self._write_pending())  # it clears ``_writing`` when done
+            else:
+                self._writing = None
 
     async def _write_pending(self) -> None:
-        while self._pending:
-            group, self._pending = self._pending, []
-            try:
-                await self._insert([e for events, _ in group for e in events])
-            except Exception as exc:
-                if len(group) == 1:
-                    _settle(group[0][1], exc)
-                    continue
-                for events, done in group:
-                    try:
-                        await self._insert(events)
-                    except Exception as alone:
-                        _settle(done, alone)
-                    else:
+        try:
+            while self._pending:
+                group, self._pending = self._pending, []
+                try:
+                    await self._insert([e for events, _ in group for e in events])
+                except Exception as exc:
+                    if len(group) == 1:
+                        _settle(group[0][1], exc)
+                        continue
+                    for events, done in group:
+                        try:
+                            await self._insert(events)
+                        except Exception as alone:
+                            _settle(done, alone)
+                        else:
+                            _settle(done, None)
+                else:
+                    for _, done in group:
                         _settle(done, None)
-            else:
-                for _, done in group:
-                    _settle(done, None)
+        finally:
+            self._writing = None
 
     async def _insert(self, events: list[JournalEvent]) -> None:
         now = utcnow()
