@@ -21,6 +21,10 @@ c. **first graph event** of (a) and (b): from ``manager.create`` to the first ev
 d. **short burst**: ``--short`` runs of ``--short-steps`` steps started together; the wall time
    until the last one is stored.
 
+**CPU ms/run** is this process's CPU time (all its threads) over a scenario divided by its runs;
+PostgreSQL's own CPU is in another process and not counted. On a shared machine the CPU figures
+move less than the wall times.
+
 Run ``python benchmarks/stores.py [--steps 30] [--sequential 5] [--concurrent 10] [--short 50]
 [--short-steps 1] [--rounds 2] [--databases sqlite,postgres,memory] [--pg-admin URL]``.
 """
@@ -65,6 +69,7 @@ class Result:
     sequential: list[Timed] = field(default_factory=list)
     concurrent: list[Timed] = field(default_factory=list)
     short_wall_ms: float = float("inf")
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # this process's CPU per run, per scenario
 
 
 async def timed_run(rt: Runtime, model: str, steps: int) -> Timed:
@@ -111,11 +116,17 @@ async def open_configuration(name: str, steps: int, short_steps: int, pg_admin: 
 
 
 async def measure_round(rt: Runtime, result: Result, args: argparse.Namespace) -> None:
+    cpu = time.process_time()
     sequential = [await timed_run(rt, "bench", args.steps) for _ in range(args.sequential)]
+    cpu_sequential, cpu = (time.process_time() - cpu) * 1000 / args.sequential, time.process_time()
     concurrent = list(await asyncio.gather(*(timed_run(rt, "bench", args.steps) for _ in range(args.concurrent))))
+    cpu_concurrent, cpu = (time.process_time() - cpu) * 1000 / args.concurrent, time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(timed_run(rt, "short", args.short_steps) for _ in range(args.short)))
     short_ms = (time.perf_counter() - started) * 1000
+    cpu_short = (time.process_time() - cpu) * 1000 / args.short
+    for scenario, spent in (("sequential", cpu_sequential), ("concurrent", cpu_concurrent), ("short", cpu_short)):
+        result.cpu_ms[scenario] = min(result.cpu_ms.get(scenario, spent), spent)
     if not result.sequential or _mean_run(sequential) < _mean_run(result.sequential):
         result.sequential = sequential
     if not result.concurrent or _mean_run(concurrent) < _mean_run(result.concurrent):
@@ -153,15 +164,17 @@ def report(results: dict[str, Result], args: argparse.Namespace) -> str:
         f"{args.short} concurrent {args.short_steps}-step runs; best of {args.rounds} rounds; "
         f"load average at the end {load}",
         "",
-        "| database | sequential ms/run | first graph event ms | concurrent ms/run | first graph event ms "
-        "| / seq | short burst wall ms |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| database | sequential ms/run | CPU ms/run | first graph event ms | concurrent ms/run | CPU ms/run "
+        "| first graph event ms | / seq | short burst wall ms | CPU ms/run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         seq_first, conc_first = _first(r.sequential), _first(r.concurrent)
+        cpu = r.cpu_ms
         out.append(
-            f"| {name} | {_mean_run(r.sequential):,.0f} | {seq_first:,.0f} | {_mean_run(r.concurrent):,.0f} | "
-            f"{conc_first:,.0f} | {conc_first / seq_first:.2f}x | {r.short_wall_ms:,.0f} |"
+            f"| {name} | {_mean_run(r.sequential):,.0f} | {cpu['sequential']:,.0f} | {seq_first:,.0f} | "
+            f"{_mean_run(r.concurrent):,.0f} | {cpu['concurrent']:,.0f} | {conc_first:,.0f} | "
+            f"{conc_first / seq_first:.2f}x | {r.short_wall_ms:,.0f} | {cpu['short']:,.0f} |"
         )
     if {"sqlite", "postgres"} <= results.keys():
         sq, pg = results["sqlite"], results["postgres"]
