@@ -25,8 +25,12 @@ d. **short burst**: ``--short`` runs of ``--short-steps`` steps started together
 PostgreSQL's own CPU is in another process and not counted. On a shared machine the CPU figures
 move less than the wall times.
 
+``--calls N`` measures instead what one store call costs: ``N`` calls each of four one-statement
+calls (``set_thread_status``, ``get``, a one-event ``journal.append``, ``journal.list``) on an idle
+database of each SQL configuration, wall and CPU time per call.
+
 Run ``python benchmarks/stores.py [--steps 30] [--sequential 5] [--concurrent 10] [--short 50]
-[--short-steps 1] [--rounds 2] [--databases sqlite,postgres,memory] [--pg-admin URL]``.
+[--short-steps 1] [--rounds 2] [--databases sqlite,postgres,memory] [--pg-admin URL] [--calls N]``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +52,7 @@ from agentkeel.config import ModelConfig
 from agentkeel.runtime.records import RunStatus
 from agentkeel.runtime.requests import RunRequest
 from agentkeel.runtime.runtime import Runtime, open_runtime
+from agentkeel.runtime.stores.base import JournalEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_overhead import PROMPT, WARMUP_MODEL, WARMUP_STEPS, bench_config, write_script  # type: ignore[import-not-found]  # noqa: E402
@@ -157,6 +162,28 @@ async def arun(args: argparse.Namespace) -> dict[str, Result]:
     return results
 
 
+async def measure_calls(names: list[str], calls: int, pg_admin: str) -> str:
+    """Per-call wall and CPU ms of four one-statement store calls, per SQL configuration."""
+    out = ["| database | call | wall ms/call | CPU ms/call |", "|---|---|---:|---:|"]
+    for name in (n for n in names if n != "memory"):
+        async with open_configuration(name, 1, 1, pg_admin) as rt:
+            await rt.store.upsert_thread("calls")
+            probes: dict[str, Callable[[int], Awaitable[object]]] = {
+                "set_thread_status": lambda i: rt.store.set_thread_status("calls", "busy"),
+                "get": lambda i: rt.store.get("no-such-run"),
+                "journal.append (1 event)": lambda i: rt.journal.append(
+                    [JournalEvent("calls-run", "calls", i + 1, "model.call", {"n": i})]),
+                "journal.list": lambda i: rt.journal.list("calls-run", limit=1),
+            }
+            for label, call in probes.items():
+                wall, cpu = time.perf_counter(), time.process_time()
+                for i in range(calls):
+                    await call(i)
+                out.append(f"| {name} | {label} | {(time.perf_counter() - wall) * 1000 / calls:.3f} | "
+                           f"{(time.process_time() - cpu) * 1000 / calls:.3f} |")
+    return "\n".join(out)
+
+
 def report(results: dict[str, Result], args: argparse.Namespace) -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out = [
@@ -198,7 +225,12 @@ def main(argv: list[str] | None = None) -> dict[str, Result]:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best one is kept")
     parser.add_argument("--databases", default=",".join(DATABASES))
     parser.add_argument("--pg-admin", default=PG_ADMIN, help="a database URL on the server to create scratch databases on")
+    parser.add_argument("--calls", type=int, default=0, help="measure N of each store call instead of runs")
     args = parser.parse_args(argv)
+    if args.calls > 0:
+        print(asyncio.run(measure_calls(args.databases.split(","), args.calls, args.pg_admin)), flush=True)
+        print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return {}
     if min(args.steps, args.sequential, args.concurrent, args.short, args.rounds) < 1:
         parser.error("counts must be at least 1")
     results = asyncio.run(arun(args))
