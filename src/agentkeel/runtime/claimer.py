@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -66,6 +67,7 @@ class Claimer:
         self._on_started = on_started
         self._only = only
         self._wake = asyncio.Event()
+        self._context = contextvars.copy_context()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery = Recovery(
@@ -77,6 +79,9 @@ class Claimer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._claiming = True
+        # Runs execute in a copy of this context, never in that of whoever happened to launch them
+        # (an admission's request handler, with whatever its framework put in context variables).
+        self._context = contextvars.copy_context()
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="agentkeel-claim"),
             asyncio.create_task(self._keeper.run_forever(), name="agentkeel-leases"),
@@ -188,7 +193,9 @@ class Claimer:
         self._runs[record.run_id] = active
         if record.control is not None:
             apply_control(active, record.control)  # stored before the claim: stop at once
-        active.task = asyncio.create_task(self._execute(active), name=f"agentkeel-run-{record.run_id}")
+        active.task = asyncio.create_task(
+            self._execute(active), name=f"agentkeel-run-{record.run_id}", context=self._context.copy()
+        )
         self._on_started()
 
     def _launch_resumed(self, record: RunRecord, lost_attempt: int) -> None:
