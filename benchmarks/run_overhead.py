@@ -62,7 +62,7 @@ from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.records import RunStatus
 from agentkeel.runtime.requests import RunRequest
 from agentkeel.runtime.runtime import Runtime, open_runtime
-from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.serialization import EventEncoder
 from agentkeel.runtime.stores.memory import MemoryJournalStore
 from agentkeel.runtime.usage import UsageAccumulator
 
@@ -257,7 +257,7 @@ async def arun_bare(
 
     ``checkpointer="sqlite"`` swaps ``InMemorySaver`` for the runtime's SQLite saver; ``journal``
     adds the runtime's journal callbacks (into a memory journal store); ``publish`` sends every
-    chunk through ``to_jsonable`` and a memory stream bridge, as the worker does. Each isolates one
+    chunk through an ``EventEncoder`` and a memory stream bridge, as the worker does. Each isolates one
     runtime cost on the bare loop. Timed from ``harness.build`` to the end of the stream (the
     runtime's timing includes its graph build too).
     """
@@ -290,6 +290,7 @@ async def arun_bare(
             else:
                 raise ValueError(f"checkpointer must be 'memory' or 'sqlite', got {checkpointer!r}")
             timing: list[Sample] = []
+            encoder = EventEncoder()  # one per run, as the worker's
             async with _clock(timing):
                 run_journal = None
                 if journal:
@@ -301,7 +302,7 @@ async def arun_bare(
                     context=context, stream_mode=[stream_mode],  # type: ignore[call-overload, list-item]
                 ):
                     if publish:
-                        await bridge.publish(run_id, mode, to_jsonable(chunk))
+                        await bridge.publish_encoded(run_id, mode, encoder.encode(chunk))
                 if publish:
                     await bridge.publish_end(run_id)
                 if run_journal is not None:
@@ -480,7 +481,7 @@ def attribution(
         (f"bare + SQLite checkpointer, {mode} mode (minus bare)", "bare_sqlite", "bare"),
         ("bare + SQLite checkpointer, delta mode (minus bare)", "bare_sqlite_delta", "bare"),
         ("bare + journal callbacks (minus bare)", "bare_journal", "bare"),
-        ("bare + to_jsonable and stream publish (minus bare)", "bare_publish", "bare"),
+        ("bare + encoding and stream publish (minus bare)", "bare_publish", "bare"),
     ]
     return [
         (

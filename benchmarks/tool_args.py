@@ -113,7 +113,7 @@ def measure(events: list[tuple[str, Any]], mode: str, policy: str, size: int, sa
             if frames % sample:
                 continue
             started = time.perf_counter()
-            encoded = encode_data(data).encode()
+            encoded = encode_data(data)  # UTF-8 bytes, as the SSE frame carries them
             render_s += (time.perf_counter() - started) * sample
             started = time.perf_counter()
             json.loads(encoded)

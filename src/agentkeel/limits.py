@@ -196,6 +196,13 @@ class Limits(_Strict):
     stream_retention: Annotated[int, Field(ge=1)] = 10_000
     stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
     stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0
+    # A finished run's stream is kept this long after its END (at most ``stream_ttl_s``); later
+    # joins are answered from the run record, with a ``gap`` for the events they never read.
+    stream_end_grace_s: Annotated[float, Field(gt=0)] = 10.0
+    # Memory bridge: the most bytes of events one run's stream and all of this process's streams
+    # retain; over it, the oldest history goes (a ``gap`` to anyone who had not read it).
+    stream_run_max_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    stream_max_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
     # Ownership: the owner renews its lease every third of this; a run whose lease expired is
     # recovered by a live worker (its assistant's ``on_worker_lost`` policy).
     lease_ttl_s: Annotated[float, Field(ge=1)] = 30.0

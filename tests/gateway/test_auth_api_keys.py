@@ -59,7 +59,9 @@ async def test_the_key_names_the_runs_user_and_the_body_cannot(tmp_path: Path) -
         seen, run = await whoami(http, {"x-api-key": BOB},
                                  config={"configurable": {"user": "alice", "langgraph_auth_user_id": "alice"}})
         assert seen == "bob" and run["kwargs"]["user"] == "bob"
-        assert not {"user", "langgraph_auth_user_id"} & set(run["kwargs"]["config"]["configurable"])
+        configurable = run["kwargs"]["config"]["configurable"]
+        assert "user" not in configurable and configurable["langgraph_auth_user_id"] == "bob"  # re-stamped
+        assert configurable["langgraph_auth_user"]["identity"] == "bob"
         stateless = await http.post("/runs/wait", json={"assistant_id": "who", "input": {}}, headers={"x-api-key": ALICE})
         assert stateless.status_code == 200 and stateless.json()["who"] == "alice"
 

@@ -39,11 +39,6 @@ AUTH_PY = textwrap.dedent(
             return "plain-user"
         return {"identity": token.decode(), "display_name": "Frank", "permissions": ["admin"], "org": "acme",
                 "seen_authorization": authorization}
-
-
-    @auth.on
-    async def deny_everything(ctx, value):
-        return False  # authorization (ownership) is not applied yet: see docs/security.md
     '''
 )
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk import get_client
-from langgraph_sdk.errors import AuthenticationError
+from langgraph_sdk.errors import AuthenticationError, NotFoundError
 from server_support import KeelServer, collect, events, start_server, write_project
 
 ALICE, BOB = "alice-sdk-key-0123456789", "bob-sdk-key-9876543210"
@@ -45,9 +45,12 @@ async def test_the_sdk_with_a_key_creates_and_streams_a_run_as_its_user(alice: A
 
     bob = get_client(url=auth_server.url, api_key=BOB)
     try:
-        waited = await bob.runs.create(thread["thread_id"], "echo", input={"steps": 1})
-        assert waited["kwargs"]["user"] == "bob"
-        await bob.runs.join(thread["thread_id"], waited["run_id"])
+        with pytest.raises(NotFoundError):  # alice's thread is not bob's to run on
+            await bob.runs.create(thread["thread_id"], "echo", input={"steps": 1})
+        own = await bob.threads.create()
+        waited = await bob.runs.create(own["thread_id"], "echo", input={"steps": 1})
+        assert waited["kwargs"]["user"] == "bob" and own["metadata"]["owner"] == "bob"
+        await bob.runs.join(own["thread_id"], waited["run_id"])
     finally:
         await bob.aclose()
 

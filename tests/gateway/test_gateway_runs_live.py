@@ -72,7 +72,7 @@ async def test_heartbeats_keepalives_and_end_event(tmp_path: Path, fresh_mode: N
         assert waited.text.startswith("\n")  # wait_keepalive_s=0.2 while the run works
         assert waited.json() == {"steps": 1, "delay": 1.0, "log": ["stepped", "stepped"]}
         metrics = (await http.get("/metrics")).text  # this gateway owns its runtime: it counts ends
-        assert 'agentkeel_runs_finished_total{status="success"} 2' in metrics
+        assert 'agentkeel_runs_finished_total{status="success",stop_reason="none"} 2.0' in metrics
 
 
 async def test_wait_disconnect_cancels_with_on_disconnect_cancel(tmp_path: Path, fresh_mode: None) -> None:

@@ -41,8 +41,7 @@ async def test_metrics_are_prometheus_text(client: httpx.AsyncClient, runtime: R
     text = response.text
     assert "# TYPE agentkeel_runs_created_total counter" in text
     assert "agentkeel_runs_created_total 1" in text
-    assert 'agentkeel_runs_finished_total{status="success"}' in text
-    assert "agentkeel_runs_in_flight 0" in text or "agentkeel_runs_in_flight 1" in text
+    assert "agentkeel_runs_active 0" in text or "agentkeel_runs_active 1" in text
     assert "agentkeel_stream_events_sent_total 3" in text  # metadata + two values
     assert "agentkeel_streams_open 0" in text
 

@@ -3,12 +3,14 @@ itself, so it is read frame by frame and left by the client."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from test_gateway_runs_support import (  # noqa: F401
     client,
     fresh_mode,
@@ -118,3 +120,31 @@ async def test_unknown_thread_bad_cursor_and_bad_mode_are_refused(client: httpx.
         assert response.json()["field"] == "Last-Event-ID"
     response = await client.get("/threads/t-3/stream", params={"stream_mode": "values"})
     assert response.status_code == 422 and response.json()["field"] == "stream_mode"
+
+
+async def test_an_idle_thread_stream_makes_no_store_query_and_is_woken_by_an_admission(
+    tmp_path: Path, fresh_mode: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with live_server(make_config(tmp_path, database=f"sqlite:///{tmp_path / 'keel.db'}")) as (server, http):
+        assert (await http.post("/threads", json={"thread_id": "t-idle"})).status_code == 200
+        store = server.config.app.state.gateway.runtime.store
+        calls: list[str] = []
+        for name in ("list_runs", "active_runs", "get"):
+            def counted(*args: Any, _name: str = name, _real: Any = getattr(store, name), **kwargs: Any) -> Any:
+                if "t-idle" in args or kwargs.get("thread_id") == "t-idle":
+                    calls.append(_name)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(store, name, counted)
+        async with http.stream("GET", "/threads/t-idle/stream") as response:
+            assert response.status_code == 200
+            frames = _sse(response)
+            await asyncio.sleep(0.5)  # the join's own first checks
+            calls.clear()
+            await asyncio.sleep(2.5)  # idle: a polling stream would query ~10 times here
+            assert calls == []
+            run_id = await _start(http, "t-idle", _run(2, 0.01))
+            async with asyncio.timeout(10):  # woken by the admission's announcement, not a poll
+                got = await _until_done(frames, run_id)
+        assert got[0]["event"] == "metadata" and got[0]["data"]["run_id"] == run_id
+        assert calls.count("list_runs") <= 3  # a check per wake-up and per run end, no more

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from langgraph_sdk.client import LangGraphClient
 
 from agentkeel.config import KeelConfig
+from agentkeel.gateway.errors import install_error_handlers
 from agentkeel.gateway.routes import assistants, store, threads
 from agentkeel.runtime.checkpoints import mode as mode_module
 from agentkeel.runtime.records import RunRecord, RunStatus
@@ -107,6 +108,7 @@ def make_config(tmp_path: Path, database: str, **overrides: Any) -> KeelConfig:
 
 def make_app(runtime: Runtime) -> FastAPI:
     app = FastAPI()
+    install_error_handlers(app)
     for module in (threads, assistants, store):
         app.include_router(module.router)
     app.state.runtime = runtime

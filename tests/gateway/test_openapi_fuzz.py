@@ -12,7 +12,7 @@ first, and counts as answered; ``/wait`` and ``/join`` return once their run end
 scripted graphs end in well under the timeout).
 
 Reproduce a failure, or fuzz longer, with the CLI against a running server (docs/security.md):
-``schemathesis run http://127.0.0.1:2024/openapi.json --checks not_a_server_error,...``.
+``schemathesis run http://127.0.0.1:2024/openapi.json -H 'x-api-key: ...' --checks not_a_server_error,...``.
 """
 
 from __future__ import annotations
@@ -56,9 +56,16 @@ schema = schemathesis.openapi.from_dict(OPENAPI, config=SchemathesisConfig.from_
 }))
 
 
+# The server authenticates, and the fuzzer calls as a user without ``admin``: every request then
+# also passes the ownership checks (gateway/access.py) with whatever ids it generated.
+FUZZ_KEY = "fuzz-key-0123456789abcdef"
+AUTH = {"mode": "api_keys", "api_keys": [{"user": "fuzzer", "key_env": "KEEL_KEY_FUZZ"}]}
+
+
 @pytest.fixture(scope="module")
 def fuzzed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeelServer]:
-    server = start_server(write_project(tmp_path_factory.mktemp("keel-fuzz")))
+    config = write_project(tmp_path_factory.mktemp("keel-fuzz"), auth=AUTH)
+    server = start_server(config, env_extra={"KEEL_KEY_FUZZ": FUZZ_KEY})
     yield server
     server.stop()
 
@@ -67,8 +74,11 @@ def test_the_fuzzed_schema_is_the_published_one(fuzzed_server: KeelServer) -> No
     served = httpx.get(f"{fuzzed_server.url}/openapi.json", timeout=30)
     assert served.status_code == 200
     assert served.json() == OPENAPI
+    search = f"{fuzzed_server.url}/threads/search"  # the fuzzer's key works; none is refused
+    assert httpx.post(search, json={}, headers={"x-api-key": FUZZ_KEY}, timeout=30).status_code == 200
+    assert httpx.post(search, json={}, timeout=30).status_code == 401
 
 
 @schema.parametrize()
 def test_every_published_route_answers_as_documented(case: Any, fuzzed_server: KeelServer) -> None:
-    case.call_and_validate(base_url=fuzzed_server.url, checks=CHECKS)
+    case.call_and_validate(base_url=fuzzed_server.url, checks=CHECKS, headers={"x-api-key": FUZZ_KEY})

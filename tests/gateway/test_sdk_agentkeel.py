@@ -112,9 +112,9 @@ async def test_health_readiness_metrics(client: Any, http: httpx.AsyncClient) ->
     assert after.headers["content-type"].startswith("text/plain")
     text = after.text
     assert _metric(text, "agentkeel_runs_created_total") == _metric(before, "agentkeel_runs_created_total") + 1
-    success = 'agentkeel_runs_finished_total{status="success"}'
+    success = 'agentkeel_runs_finished_total{status="success",stop_reason="none"}'
     assert _metric(text, success) >= _metric(before, success) + 1
     assert _metric(text, "agentkeel_stream_events_sent_total") >= _metric(before, "agentkeel_stream_events_sent_total") + 3
     assert _metric(text, "agentkeel_draining") == 0
-    for name in ("agentkeel_runs_in_flight", "agentkeel_streams_open"):
+    for name in ("agentkeel_runs_active", "agentkeel_streams_open"):
         assert f"# TYPE {name} gauge" in text

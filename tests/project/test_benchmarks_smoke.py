@@ -98,3 +98,24 @@ def test_context_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: py
     assert set(runs) == {"plain", "full", "delta"}
     assert runs["full"].summaries and not runs["plain"].summaries  # compaction happened, and only where on
     assert max(r.messages for r in runs["full"].lead) <= 9 < max(r.messages for r in runs["plain"].lead)
+
+
+def test_console_reads_at_five_turns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(mode_module, "_frozen", None)
+    bench = _load("console", monkeypatch)
+    rows = bench.main(["--turns", "5", "--runs", "2", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert [row.read for row in rows] == ["timeline of the long run", "runs list (limit 50 of 3)", "/metrics"]
+    assert "file steps: 3, verified steps: 3" in out  # the write and two replayed edits, each hash-checked
+
+
+def test_agent_workload_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("agent_workload", monkeypatch)
+    result = bench.main(["--sequential", "1", "--concurrent", "2", "--stream-mode", "values"])
+    out = capsys.readouterr().out
+    assert "peak RSS at 2 concurrent" in out and "first graph event" in out
+    sequential, concurrent = result["phases"]
+    assert len(sequential.runs) == 1 and len(concurrent.runs) == 2
+    assert all(r.sse_bytes > 0 and 0 < r.first_event_s <= r.first_graph_event_s <= r.wall_s
+               for p in result["phases"] for r in p.runs)
+    assert concurrent.peak_rss > 0 and concurrent.cpu_s > 0

@@ -112,6 +112,20 @@ async def test_delete(store: AssistantStore) -> None:
     assert (await store.create(make(A1))).version == 1  # the id is free again
 
 
+async def test_visible_to_is_owned_or_shared(store: AssistantStore) -> None:
+    """``visible_to``: the user's own assistants and those without an owner, never another's
+    (an ``owner`` of JSON null is an owner, not a missing key)."""
+    await store.create(make(A1, metadata={"owner": "ada"}))
+    await store.create(make(A2, metadata={"owner": "bob"}))
+    await store.create(make(A3, metadata={"team": "x"}))
+    await store.create(make(str(uuid.uuid4()), metadata={"owner": None}))
+    page, total = await store.search(AssistantQuery(visible_to="ada", sort_by="assistant_id", limit=10))
+    assert sorted(a.assistant_id for a in page) == sorted([A1, A3]) and total == 2
+    assert await store.count(AssistantQuery(visible_to="bob", metadata={"team": "x"})) == 1
+    assert await store.count(AssistantQuery(visible_to="eve")) == 1
+    assert await store.count(AssistantQuery()) == 4
+
+
 async def test_search_filters_sort_and_page(store: AssistantStore) -> None:
     await store.create(make(A1, "echo", name="alpha 100%", metadata={"team": "x", "n": 1, "nested": {"a": [1]}}))
     await asyncio.sleep(0.01)

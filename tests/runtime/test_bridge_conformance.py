@@ -43,11 +43,12 @@ async def make_bridge(
     made: list[StreamBridge] = []
 
     def make(
-        *, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB, max_subscribers: int | None = None
+        *, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB, max_subscribers: int | None = None,
+        end_grace_s: float | None = None,
     ) -> StreamBridge:
         bridge = open_bridge(
             url, retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, prefix=redis_prefix,
-            max_subscribers=max_subscribers,
+            max_subscribers=max_subscribers, end_grace_s=end_grace_s,
         )
         made.append(bridge)
         return bridge
@@ -399,3 +400,30 @@ async def test_close_ends_subscriptions_promptly(make_bridge: MakeBridge) -> Non
                 async for _ in items:
                     pass
     assert bridge.closed
+
+
+async def test_an_ended_stream_outlives_its_end_by_the_grace_only(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(end_grace_s=0.3)
+    await bridge.publish("r", "values", 1)
+    await bridge.publish("live", "values", 1)
+    await bridge.publish_end("r")
+    assert await bridge.exists("r")
+    await asyncio.sleep(0.5)
+    assert not await bridge.exists("r")
+    assert await bridge.exists("live")  # not ended: kept for ttl_s
+
+
+async def test_a_thread_watch_wakes_on_an_announcement_made_after_it_opened(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge()
+    await bridge.announce("t")  # before the watch: not its concern
+    async with bridge.watch_thread("t") as watch:
+        assert not await watch.wait(0.1)
+        await bridge.announce("other")
+        assert not await watch.wait(0.1)
+        await bridge.announce("t")  # between two waits: still seen by the next one
+        assert await watch.wait(1.0)
+        assert not await watch.wait(0.1)  # one announcement, one wake-up
+        waiter = asyncio.ensure_future(watch.wait(5.0))
+        await asyncio.sleep(0.05)
+        await bridge.announce("t")
+        assert await asyncio.wait_for(waiter, 2.0)

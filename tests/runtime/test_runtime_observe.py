@@ -92,10 +92,39 @@ async def test_after_the_stream_is_deleted_the_record_answers_at_once(keel: Keel
             async with asyncio.timeout(2):
                 async for item in observe(rt, run.run_id, last_event_id=cursor, heartbeat_s=0.05):
                     items.append(item)
-            assert [i.event for i in items] == [RUN_RECORD_EVENT, "__end__"], items
-            record = items[0].data
+            # History was asked for and is gone: a gap says so before the record (not for "$").
+            gap = [] if cursor == "$" else ["gap"]
+            assert [i.event for i in items] == [*gap, RUN_RECORD_EVENT, "__end__"], items
+            if gap:
+                assert items[0].data["requested_after"] == (0 if cursor == "-1" else 5)
+            record = items[-2].data
             assert record["run_id"] == run.run_id and record["status"] == "success"
             assert record["stop_reasons"] == [] and record["usage"] == run.usage
         # A run that never existed: END, and nothing else.
         async with asyncio.timeout(2):
             assert [i.kind async for i in observe(rt, "never-existed", heartbeat_s=0.05)] == [EventKind.end]
+
+
+async def test_a_join_after_the_end_grace_is_answered_from_the_record_with_a_gap(keel: Keel) -> None:
+    # A finished run's stream is dropped soon after END; a later join must neither hang nor look
+    # complete: the record answers it, after a gap for the history it asked for and never read.
+    async with keel.open(keel.config(limits={"stream_end_grace_s": 1.0})) as rt:
+        run = await run_to_end(rt, new_thread_id("grace"), "hi")
+        assert rt.bridge.last_seq(run.run_id) is None  # forgotten at END: the counter never outlives the run
+        assert await rt.bridge.exists(run.run_id)  # within the grace: replayable
+        await asyncio.sleep(1.3)
+        assert not await rt.bridge.exists(run.run_id)
+        async with asyncio.timeout(2):
+            items = [i async for i in observe(rt, run.run_id, last_event_id="1", heartbeat_s=0.05)]
+        assert [i.event for i in items] == ["gap", RUN_RECORD_EVENT, "__end__"], items
+        gap = items[0].data
+        assert gap["requested_after"] == 1
+        if keel.backend.stream == "memory":  # the memory bridge remembers a reaped stream's last seq
+            assert gap["missed"] is not None and gap["missed"] >= 1
+            assert gap["resumed_at"] == 1 + gap["missed"] + 1
+        else:  # Redis keeps no second key: the count is unknown, the gap is still said
+            assert gap["missed"] is None
+        assert items[1].data["status"] == "success"
+        async with asyncio.timeout(2):  # a live-only join asked for no history: no gap
+            live = [i.event async for i in observe(rt, run.run_id, last_event_id="$", heartbeat_s=0.05)]
+        assert live == [RUN_RECORD_EVENT, "__end__"]

@@ -6,6 +6,7 @@ tests that list every row ask for an ``empty`` store (a database of their own).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -343,6 +344,18 @@ async def test_delete_run_removes_its_journal(stores: Stores, tid: str) -> None:
 
 
 # -- threads -----------------------------------------------------------------------------------
+async def test_create_thread_inserts_only_a_new_id(stores: Stores, tid: str) -> None:
+    """Of concurrent creators of one id exactly one gets the thread; the others change nothing."""
+    run_store, _ = stores
+    results = await asyncio.gather(*(run_store.create_thread(tid, {"owner": f"u{i}"}) for i in range(5)))
+    created = [r for r in results if r is not None]
+    assert len(created) == 1 and created[0].status == "idle"
+    stored = await run_store.get_thread(tid)
+    assert stored is not None and stored.metadata == created[0].metadata
+    assert await run_store.create_thread(tid, {"owner": "late"}) is None
+    assert (await run_store.get_thread(tid)).metadata == created[0].metadata  # type: ignore[union-attr]
+
+
 async def test_thread_upsert_get_and_status(stores: Stores, tid: str) -> None:
     run_store, _ = stores
     created = await run_store.upsert_thread(tid, {"title": "t", "tags": ["a"]})

@@ -29,12 +29,15 @@ from fastapi import FastAPI
 import agentkeel
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.auth import install_auth
+from agentkeel.gateway.console import api as console_api
+from agentkeel.gateway.console import pages as console_pages
 from agentkeel.gateway.cors import install_cors
-from agentkeel.gateway.deps import Gateway, Metrics
+from agentkeel.gateway.deps import Gateway
 from agentkeel.gateway.errors import ERROR_RESPONSES, InternalErrors, install_error_handlers, publish_error_body
 from agentkeel.gateway.hosts import HostCheck, allowed_names
 from agentkeel.gateway.input_limits import InputLimits, publish_segment_shape
 from agentkeel.gateway.json_bodies import JsonBodies
+from agentkeel.gateway.metrics import Metrics
 from agentkeel.gateway.routes import meta, runs
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
@@ -85,6 +88,8 @@ def create_app(
     app.include_router(runs.router)
     for module in _installed_routers():
         app.include_router(module.router)
+    app.include_router(console_pages.router)
+    app.include_router(console_api.router)
 
     def openapi() -> dict[str, Any]:
         return publish_error_body(publish_segment_shape(FastAPI.openapi(app)))  # FastAPI builds it once, caches it

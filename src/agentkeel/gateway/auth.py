@@ -6,12 +6,13 @@ CORS headers, so a browser client can read it) and outside everything that reads
 unauthenticated caller cannot make the server parse anything. It asks the authenticator of
 ``auth.mode`` (``api_keys`` here, ``jwt`` in ``auth_tokens``, ``langgraph`` in ``auth_langgraph``)
 for an ``Identity`` and puts it on ``request.state.identity``; the ``current_user`` dependency is
-the one place routes (and the ownership checks to come) read it. A refusal is a JSON 401
+the one place routes (through ``access.py``, which decides what the caller may see) read it. A refusal is a JSON 401
 ``{"detail": ...}`` with ``WWW-Authenticate``, never a 500.
 
 Open without credentials (``OPEN_PATHS``): the health probes (``/ok``, ``/healthz``, ``/readyz``,
-which load balancers call bare), ``/info`` (the server's version, which clients read first) and the
-API description (``/docs``, ``/redoc``, ``/openapi.json``: public, the same for every deployment).
+which load balancers call bare), ``/info`` (the server's version, which clients read first), the
+API description (``/docs``, ``/redoc``, ``/openapi.json``: public, the same for every deployment)
+and the console's page and static files (``/console``, ``/console/assets/...``: no data in them).
 Everything else, ``/metrics`` included, needs credentials.
 """
 
@@ -35,7 +36,8 @@ from agentkeel.config import AuthConfig, KeelConfig
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/ok", "/healthz", "/readyz", "/info", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+OPEN_PATHS = frozenset({"/ok", "/healthz", "/readyz", "/info", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/console"})
+OPEN_PREFIXES = ("/console/assets/",)  # the console's static files; its data routes (/console/api/) need credentials
 ADMIN_PERMISSION = "admin"
 BEARER_CHALLENGE = 'Bearer realm="agentkeel"'
 
@@ -147,7 +149,7 @@ class Authentication:
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         try:
@@ -164,11 +166,20 @@ class Authentication:
         await self.app(scope, receive, send)
 
 
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AuthFailure)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+
 def install_auth(app: FastAPI, config: KeelConfig) -> None:
-    """Authenticate every request of ``app`` as ``config.auth`` says (nothing for mode ``none``)."""
+    """Authenticate every request of ``app`` as ``config.auth`` says (nothing for mode ``none``);
+    mode ``langgraph`` also puts the ``Auth`` object's ``@auth.on`` rules on ``app.state.auth_rules``
+    for ``access.py``, whose refusals (``AuthFailure`` raised in a route) answer like a 401 here."""
     authenticator = build_authenticator(config.auth, config.base_dir)
     if authenticator is not None:
         app.add_middleware(Authentication, authenticator=authenticator)
+        app.add_exception_handler(AuthFailure, _refused)
+        app.state.auth_rules = getattr(authenticator, "rules", None)
 
 
 def current_user(request: Request) -> Identity | None:

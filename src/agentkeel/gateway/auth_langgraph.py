@@ -11,8 +11,8 @@ returns the user: a string (the identity), a dict with ``identity`` (and optiona
 
 Its ``Auth.exceptions.HTTPException`` becomes the answer (status, detail, headers); an
 ``AssertionError`` is a 401, as on the LangGraph server; a user with ``is_authenticated: False``
-is refused. ``@auth.on`` authorization handlers are not applied yet: that is per-resource
-ownership, which the gateway does not have (docs/security.md).
+is refused. The same object's ``@auth.on`` authorization handlers become the deployment's
+``AuthRules`` (``auth_rules.py``), applied by ``access.py`` on every route.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from agentkeel.gateway.auth import AuthFailure, AuthSetupError, Identity
+from agentkeel.gateway.auth_rules import AuthRules
 from agentkeel.harness.graphs import GraphLoadError, load_reference
 
 PARAMETERS = ("request", "headers", "authorization", "path", "method", "path_params", "query_params", "scope")
@@ -54,9 +55,10 @@ class Headers(dict[bytes, bytes]):
 class LangGraphAuth:
     """The authenticator of ``auth.mode: langgraph``."""
 
-    def __init__(self, handler: Callable[..., Any], wanted: set[str]) -> None:
+    def __init__(self, handler: Callable[..., Any], wanted: set[str], rules: AuthRules) -> None:
         self._handler = handler
         self._wanted = wanted
+        self.rules = rules
 
     @classmethod
     def load(cls, ref: str, base_dir: Path) -> LangGraphAuth:
@@ -74,7 +76,7 @@ class LangGraphAuth:
                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if unknown:
             raise AuthSetupError(f"auth.path: the authenticate handler asks for {unknown}; it may ask for {list(PARAMETERS)}")
-        return cls(handler, {n for n in params if n in PARAMETERS})
+        return cls(handler, {n for n in params if n in PARAMETERS}, AuthRules(auth))
 
     def _arguments(self, scope: Scope) -> dict[str, Any]:
         request = Request(scope)  # no receive: the handler cannot consume the body

@@ -2,7 +2,8 @@
 
 ``Gateway`` is what routes reach through ``Depends(gateway)``: the runtime, the ``gateway:``
 settings, the process's counters (for ``/metrics``) and the background tasks the gateway owns
-(cleaning up temporary threads, cancelling runs whose client went away). Keeping the tasks here
+(cleaning up temporary threads, cancelling runs whose client went away); lookups of threads and
+runs go through ``access.py``, which knows who is asking. Keeping the tasks here
 means shutdown can wait for them instead of leaving a half-deleted thread behind.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,25 +18,10 @@ from typing import Any
 from fastapi import Request
 
 from agentkeel.config import GatewayConfig
-from agentkeel.gateway.errors import NotFound
-from agentkeel.runtime.records import RunRecord, ThreadRecord
+from agentkeel.gateway.metrics import Metrics
 from agentkeel.runtime.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Metrics:
-    """Counters of this process since it started (the store holds the durable truth)."""
-
-    runs_created: int = 0
-    runs_finished: Counter[str] = field(default_factory=Counter)
-    streams_open: int = 0
-    stream_events_sent: int = 0
-
-    async def on_run_finished(self, record: RunRecord) -> None:
-        """A runtime completion hook: counts finished runs by terminal status."""
-        self.runs_finished[record.status.value] += 1
 
 
 @dataclass
@@ -46,6 +31,9 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     draining: bool = False
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.metrics.bind(self.runtime, lambda: self.draining)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keep a reference, and log (never lose) its failure."""
@@ -72,20 +60,6 @@ class Gateway:
         """Wait (bounded) for the background tasks; a run they wait on must already be ending."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=max(self.settings.drain_s, 1.0))
-
-    # -- lookups shared by the routes ----------------------------------------------------------
-    async def thread(self, thread_id: str) -> ThreadRecord:
-        thread = await self.runtime.store.get_thread(thread_id)
-        if thread is None:
-            raise NotFound(f"Thread with ID {thread_id} not found")
-        return thread
-
-    async def run(self, run_id: str, thread_id: str | None = None) -> RunRecord:
-        """The run, which must belong to ``thread_id`` when one is given (else it is not found)."""
-        record = await self.runtime.store.get(run_id)
-        if record is None or (thread_id is not None and record.thread_id != thread_id):
-            raise NotFound(f"Run {run_id} not found")
-        return record
 
 
 def gateway(request: Request) -> Gateway:

@@ -48,6 +48,11 @@ class ModeRenderer:
         on frames sent while nothing is held."""
         return self._batcher is not None and self._batcher.holding
 
+    def reads(self, event: str) -> bool:
+        """Whether ``feed`` looks into this event's data (``messages``); any other event's data is
+        passed on untouched, so the SSE layer hands it over still encoded."""
+        return event.partition("|")[0] == MESSAGES and (self._tuples or self._messages is not None)
+
     def feed(self, event: str, data: Any) -> list[Frame]:
         """The frames this event becomes for this client, after any held ones it must follow."""
         base = event.partition("|")[0]

@@ -25,6 +25,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any, cast
 
+import orjson
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import StreamingResponse
 
@@ -69,13 +70,28 @@ def event_stream(
     )
 
 
-def sse_frame(name: str, data: Any, event_id: str | None = None) -> ServerSentEvent:
-    return ServerSentEvent(encode_data(data), event=name, id=event_id)
+def sse_frame(name: str, data: Any, event_id: str | None = None) -> bytes:
+    """One SSE frame, written as bytes: a published event's data arrives as its published JSON
+    (an ``orjson.Fragment``, see ``frame_data``) and is copied in, never encoded again. Compact
+    JSON has no raw newline, so it is always a single ``data:`` line; a line break in a name (a
+    user graph's node name ends up in ``mode|namespace``) is dropped, as sse-starlette does."""
+    if "\n" in name or "\r" in name:
+        name = name.replace("\r", "").replace("\n", "")
+    head = f"id: {event_id}\r\nevent: {name}\r\ndata: " if event_id else f"event: {name}\r\ndata: "
+    return b"".join((head.encode(), encode_data(data), b"\r\n\r\n"))
+
+
+def frame_data(renderer: ModeRenderer, item: StreamEvent) -> Any:
+    """What ``renderer.feed`` gets for ``item``: objects only for the events it looks into
+    (``messages``), the published bytes as an ``orjson.Fragment`` for everything it passes on."""
+    if not item.encoded or renderer.reads(item.event):
+        return item.data
+    return orjson.Fragment(item.raw)
 
 
 async def _frames(
     gw: Gateway, run_id: str, modes: list[str], last_event_id: str | None, cancel_on_disconnect: bool
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     renderer = ModeRenderer(modes)
     finished = False  # closed by us (END or a failure), not torn down by a disconnect
     gw.metrics.streams_open += 1
@@ -88,7 +104,8 @@ async def _frames(
                     if last_event_id != LIVE:
                         yield sse_frame(RUN_RECORD_EVENT, item.data)
                 elif item.kind in (EventKind.data, EventKind.gap):
-                    for frame in rendered_frames(gw, renderer.feed(item.event, item.data), item.id, renderer.holding):
+                    frames = renderer.feed(item.event, frame_data(renderer, item))
+                    for frame in rendered_frames(gw, frames, item.id, renderer.holding):
                         yield frame
                 elif item.kind is EventKind.error:
                     finished = True
@@ -115,7 +132,7 @@ async def _frames(
 
 def rendered_frames(
     gw: Gateway, frames: list[tuple[str, Any]], event_id: str | None, holding: bool
-) -> list[ServerSentEvent]:
+) -> list[bytes]:
     """SSE frames for what one event became. Its id goes on the last of them, and only if the
     renderer holds nothing back: a client resuming after that id has then seen everything up to it
     (a client resuming from an earlier id may see some frames twice, never miss one)."""
@@ -183,7 +200,7 @@ async def _json_when_done(gw: Gateway, result: Awaitable[Any], cancel_run_id: st
         except Exception as exc:  # the status line is long gone: answer in the body
             log.exception("computing a run result failed")
             body = {"__error__": {"error": type(exc).__name__, "message": "could not read the run's result"}}
-        yield encode_data(body).encode()
+        yield encode_data(body)
     finally:
         if not answered:
             waiter.cancel()

@@ -24,7 +24,7 @@ from agentkeel.runtime.checkpoints import (
 from agentkeel.runtime.records import ThreadRecord
 from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.serialization import to_jsonable
-from agentkeel.runtime.threads import graph_of_thread, is_valid_thread_id
+from agentkeel.runtime.threads import graph_of_thread
 
 
 def state_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> RunnableConfig:
@@ -176,11 +176,3 @@ async def thread_view(runtime: Runtime, thread: ThreadRecord) -> dict[str, Any]:
         "interrupts": {t.id: _interrupts(t.interrupts) for t in snapshot.tasks if t.interrupts} if snapshot else {},
         "error": error,
     }
-
-
-async def existing_thread(runtime: Runtime, thread_id: str) -> ThreadRecord:
-    """The thread's record, or 404 (an id that cannot name a thread is simply not found)."""
-    thread = await runtime.store.get_thread(thread_id) if is_valid_thread_id(thread_id) else None
-    if thread is None:
-        raise HTTPException(404, f"Thread with ID {thread_id} not found")
-    return thread

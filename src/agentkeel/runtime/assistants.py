@@ -12,6 +12,7 @@ system id), which is how run payloads name assistants in practice.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentkeel.runtime.requests import RequestError
@@ -44,15 +45,18 @@ class AssistantTarget(NamedTuple):
     assistant_id: str  # the assistant's UUID
 
 
-async def resolve_assistant(runtime: Runtime, assistant_id: str) -> AssistantTarget:
+async def resolve_assistant(
+    runtime: Runtime, assistant_id: str, visible: Callable[[Assistant], bool] | None = None
+) -> AssistantTarget:
     """Resolve a run's ``assistant_id``: a configured name, a system UUID or a user assistant.
 
-    Raises ``RequestError`` (404) naming ``assistant_id`` when it is unknown, or when its graph is
-    not configured in this process.
+    Raises ``RequestError`` (404) naming ``assistant_id`` when it is unknown, not ``visible`` to
+    the caller (the same answer: another user's assistant is not found), or when its graph is not
+    configured in this process.
     """
     known = runtime.harness.assistant_ids
     found = await runtime.assistants.get(assistant_key(assistant_id))
-    if found is None:
+    if found is None or visible is not None and not visible(found):
         raise RequestError(
             "assistant_id", f"assistant {assistant_id!r} not found; configured: {known}", problem="not_found"
         )

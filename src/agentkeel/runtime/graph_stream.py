@@ -14,7 +14,7 @@ from typing import Any
 from agentkeel.harness.context import RunContext
 from agentkeel.runtime.active import ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
-from agentkeel.runtime.serialization import Memo, to_jsonable
+from agentkeel.runtime.serialization import EventEncoder
 
 
 async def stream_graph(
@@ -28,11 +28,11 @@ async def stream_graph(
     prepared = active.prepared
     run_id = active.record.run_id
     modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
-    memo: Memo = {}
+    encoder = EventEncoder()  # the run's chunks are encoded here, once, to the bytes every observer gets
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
-                await bridge.publish(run_id, name, to_jsonable(data, memo))
+                await bridge.publish_encoded(run_id, name, encoder.encode(data))
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both
@@ -82,12 +82,13 @@ class TaskEventSink:
         self._run_id = active.record.run_id
         self._wanted = "custom" in active.prepared.stream_modes
         self._subgraphs = bool(active.prepared.request.stream_subgraphs)
+        self._encoder = EventEncoder()
 
     async def task_event(self, namespace: str, payload: dict[str, Any]) -> None:
         if not self._wanted or self._active.fenced:
             return
         name = f"custom|{namespace}" if self._subgraphs and namespace else "custom"
-        await self._bridge.publish(self._run_id, name, to_jsonable(payload, {}))
+        await self._bridge.publish_encoded(self._run_id, name, self._encoder.encode(payload))
 
 
 def _chunk_name(item: tuple[Any, ...]) -> tuple[str, Any]:

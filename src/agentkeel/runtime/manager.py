@@ -161,6 +161,7 @@ class RunManager:
         startable = not result.active_before and record.not_before is None
         if not (startable and self.claimer is not None and await self.claimer.claim_admitted(record.run_id)):
             await self._wake_workers()
+        await self._deps.bridge.announce(record.thread_id)  # wakes the thread's join streams
         return result.record
 
     async def _check_checkpoint(self, prepared: PreparedRun) -> None:

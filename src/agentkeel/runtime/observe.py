@@ -1,8 +1,10 @@
 """Following a run: the bridge's stream, with the durable run record as the backstop.
 
-A stream is retained for a while after END and then reaped. An observer that arrives later (or
-whose stream is reaped under it) is answered at once from the run record — one ``run_record``
-event and END — instead of heart-beating forever on a stream that will never end.
+A stream is retained for a short grace after END and then reaped. An observer that arrives later
+(or whose stream is reaped under it) is answered at once from the run record — one ``run_record``
+event and END — instead of heart-beating forever on a stream that will never end. If it asked for
+history it had not read, a ``gap`` comes first (``missed`` is exact when the bridge still knows
+the stream's last seq, ``null`` when it does not), so the reap is never a silent truncation.
 
 The record is also consulted at every heartbeat: a stream can lose its END (Redis was down when
 it was published) or its key (deleted, expired, lost in a restart) while the run goes on or
@@ -22,6 +24,7 @@ from typing import Protocol
 
 from agentkeel.runtime.bridge import (
     END_EVENT,
+    GAP_EVENT,
     LIVE,
     BridgeFault,
     EventKind,
@@ -29,6 +32,7 @@ from agentkeel.runtime.bridge import (
     StreamEvent,
     StreamGone,
     format_event_id,
+    parse_event_id,
 )
 from agentkeel.runtime.stores.base import RunStore
 
@@ -55,12 +59,14 @@ async def observe(
     bridge = runtime.bridge
     stream = bridge.subscribe(run_id, last_event_id=last_event_id, heartbeat_s=heartbeat_s)
     wait_s = bridge.heartbeat_s if heartbeat_s is None else heartbeat_s
+    after = parse_event_id(last_event_id)  # checked by ``subscribe``; None: only live events
     cursor: int | None = None  # the position of the last item yielded
     if not await _exists(bridge, run_id) and await _answer_from_record(runtime, run_id):
         await stream.aclose()
-        async for item in _from_record(runtime, run_id):
+        async for item in _from_record(runtime, run_id, after):
             yield item
         return
+    gone = False
     following: AsyncGenerator[StreamEvent, None] | None = stream
     while following is not None:
         finished = False
@@ -76,6 +82,7 @@ async def observe(
                         break
         except StreamGone:
             finished = bridge.closed or await _answer_from_record(runtime, run_id)
+            gone = finished
         except BridgeFault:  # the backend is unreachable: the record decides, or we try again
             finished = await _finished(runtime, run_id)
             if not finished:
@@ -84,10 +91,10 @@ async def observe(
         if not finished:  # vanished under a live run: follow its recreation from where we were
             resume = LIVE if cursor is None else format_event_id(cursor)
             following = bridge.subscribe(run_id, last_event_id=resume, heartbeat_s=heartbeat_s)
-    if cursor is not None:
+    if cursor is not None and not gone:
         for item in await _drain(bridge, run_id, cursor, wait_s):
             yield item
-    async for item in _from_record(runtime, run_id):
+    async for item in _from_record(runtime, run_id, (cursor if cursor is not None else after) if gone else None):
         yield item
 
 
@@ -133,8 +140,15 @@ async def _answer_from_record(runtime: _Observable, run_id: str) -> bool:
     return record is None or record.status.terminal
 
 
-async def _from_record(runtime: _Observable, run_id: str) -> AsyncIterator[StreamEvent]:
+async def _from_record(runtime: _Observable, run_id: str, after: int | None) -> AsyncIterator[StreamEvent]:
+    """The record and END; first a ``gap`` for the events after ``after`` this observer will never
+    read (``None``: it asked for none it had not read)."""
     record = await runtime.store.get(run_id)
     if record is not None:
+        final = None if after is None else await runtime.bridge.final_seq(run_id)
+        if after is not None and (final is None or final > after):
+            missed = None if final is None else final - after
+            resumed = None if final is None else final + 1
+            yield StreamEvent("", after, GAP_EVENT, {"requested_after": after, "resumed_at": resumed, "missed": missed})
         yield StreamEvent("", 0, RUN_RECORD_EVENT, record.to_dict())
     yield StreamEvent("", 0, END_EVENT, None)

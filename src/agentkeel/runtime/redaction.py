@@ -44,6 +44,7 @@ class Redactor:
             if value and len(value) >= MIN_LENGTH:
                 by_value.setdefault(value, name)
         self._names = by_value
+        self._encoded = [value.encode() for value in by_value]
         # Longest first, so a secret that contains another is replaced whole.
         values = sorted(by_value, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
@@ -61,6 +62,13 @@ class Redactor:
             return text
         return self._pattern.sub(lambda m: f"[redacted:{self._names[m.group(0)]}]", text)
 
+    def encoded(self, data: bytes) -> bytes:
+        """``data`` (UTF-8 text, such as an encoded stream event) redacted; returned unchanged,
+        without a decode, when it holds no secret."""
+        if self._pattern is None or not any(value in data for value in self._encoded):
+            return data
+        return self(data.decode()).encode()
+
 
 def secrets_in(environ: Mapping[str, str], names: Iterable[str] = ()) -> dict[str, str]:
     """The secrets of ``environ``: the variables ``names`` lists, and those whose name says so."""
@@ -76,6 +84,11 @@ _factory_installed = False
 def redact(text: str) -> str:
     """``text`` with the installed secrets replaced."""
     return _active(text)
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """UTF-8 ``data`` with the installed secrets replaced."""
+    return _active.encoded(data)
 
 
 def redact_json(data: Any) -> Any:
@@ -118,4 +131,4 @@ def _install_log_factory() -> None:
     logging.setLogRecordFactory(factory)
 
 
-__all__ = ["MIN_LENGTH", "Redactor", "install", "redact", "redact_json", "secrets_in"]
+__all__ = ["MIN_LENGTH", "Redactor", "install", "redact", "redact_bytes", "redact_json", "secrets_in"]

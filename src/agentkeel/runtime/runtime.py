@@ -94,7 +94,8 @@ async def open_runtime(
         bridge = open_bridge(
             config.stream, retention=limits.stream_retention, ttl_s=limits.stream_ttl_s,
             heartbeat_s=limits.stream_heartbeat_s, prefix=config.stream_prefix,
-            max_subscribers=limits.stream_max_subscribers,
+            max_subscribers=limits.stream_max_subscribers, end_grace_s=limits.stream_end_grace_s,
+            run_max_bytes=limits.stream_run_max_bytes, max_bytes=limits.stream_max_bytes,
         )
         try:
             await ensure_system_assistants(assistants, harness.assistant_ids)

@@ -1,12 +1,18 @@
-"""Turning stream chunks and graph values into JSON-safe data for the bridge and the stores."""
+"""Turning stream chunks and graph values into JSON: bytes for the stream bridge (``EventEncoder``),
+JSON-safe data for the stores and the API (``to_jsonable``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from collections import OrderedDict
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
+import orjson
+from langchain_core.messages import BaseMessageChunk
 from pydantic import BaseModel
 
 Memo = dict[int, tuple[Any, Any]]
@@ -15,9 +21,9 @@ Memo = dict[int, tuple[Any, Any]]
 def to_jsonable(value: Any, memo: Memo | None = None) -> Any:
     """Recursively convert messages, pydantic models, dataclasses, interrupts and tuples.
 
-    ``memo`` (one per run) remembers converted pydantic objects by identity: a ``values`` stream
-    re-sends every message of the thread at every step, so without it a run converts O(n²)
-    messages. Messages are treated as immutable once emitted, as LangGraph's reducers do.
+    ``memo`` remembers converted pydantic objects by identity (unbounded: for one call's worth of
+    values, never a run's). Messages are treated as immutable once emitted, as LangGraph's
+    reducers do.
     """
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
@@ -43,3 +49,74 @@ def to_jsonable(value: Any, memo: Memo | None = None) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
+
+
+MEMO_MAX_BYTES = 8 * 1024 * 1024
+"""Most encoded message bytes one run's :class:`EventEncoder` remembers (least recently used go
+first). A ``values`` stream of a long thread re-sends every message at every step; this keeps the
+messages it re-sends encoded, without letting a long run's history pile up in memory."""
+
+_PREGEL = b'"__pregel'
+_PREGEL_KEY = re.compile(rb'"__pregel(?:[^"\\]|\\.)*":')  # a key (a string then ":"), not a value
+
+
+class EventEncoder:
+    """Encodes one run's stream events to compact JSON bytes, exactly once each.
+
+    ``orjson`` writes the bytes directly from the chunk (no intermediate JSON-safe copy), and a
+    message object seen before is inlined from its remembered bytes (``orjson.Fragment``), so a
+    ``values`` step costs the new messages plus a copy of the old ones' bytes. The memo is bounded
+    by :data:`MEMO_MAX_BYTES` and never holds message *chunks*: a ``messages`` stream sends each
+    token chunk once, and remembering them would keep every token of the run.
+
+    The output is what ``to_jsonable`` + ``json.dumps`` gave: the rare chunk that holds a LangGraph
+    internal (``__pregel*`` keys, dropped) or a value orjson refuses (an int beyond 64 bits) goes
+    through ``to_jsonable`` instead.
+    """
+
+    def __init__(self, max_bytes: int = MEMO_MAX_BYTES) -> None:
+        self._memo: OrderedDict[int, tuple[Any, orjson.Fragment, int]] = OrderedDict()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Encoded bytes the memo holds now."""
+        return self._bytes
+
+    def encode(self, data: Any) -> bytes:
+        try:
+            out = orjson.dumps(data, default=self._default, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            out = b""
+        if not out or (_PREGEL in out and _PREGEL_KEY.search(out)):  # rare: the JSON-safe walk
+            out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
+        return out
+
+    def _default(self, value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            if isinstance(value, BaseMessageChunk):
+                return value.model_dump()
+            key = id(value)  # the memo holds the object, so its id is not reused while remembered
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit[1]
+            encoded = orjson.dumps(value.model_dump(), default=self._default, option=orjson.OPT_NON_STR_KEYS)
+            self._remember(key, value, encoded)
+            return orjson.Fragment(encoded)
+        if isinstance(value, (set, frozenset)):
+            return list(value)
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        return str(value)  # dataclasses (LangGraph's Interrupt among them) never get here
+
+    def _remember(self, key: int, value: Any, encoded: bytes) -> None:
+        size = len(encoded)
+        if size > self._max_bytes:
+            return
+        self._memo[key] = (value, orjson.Fragment(encoded), size)
+        self._bytes += size
+        while self._bytes > self._max_bytes:
+            _, (_, _, dropped) = self._memo.popitem(last=False)
+            self._bytes -= dropped

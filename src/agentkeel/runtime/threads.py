@@ -103,9 +103,11 @@ async def delete_thread(runtime: Runtime, thread_id: str) -> bool:
     return found
 
 
-async def copy_thread(runtime: Runtime, source: ThreadRecord, target_id: str) -> ThreadRecord:
-    """A new thread ``target_id`` with the source's metadata (plus ``graph_id``), checkpoints and
-    files.
+async def copy_thread(
+    runtime: Runtime, source: ThreadRecord, target_id: str, metadata: dict[str, Any] | None = None
+) -> ThreadRecord:
+    """A new thread ``target_id`` with the source's metadata (or ``metadata``; plus ``graph_id``),
+    checkpoints and files.
 
     The record is written last, so a failed copy leaves no thread behind (its partial checkpoints
     and files are removed). A copy taken while the source runs has no run of its own: its status is
@@ -122,7 +124,7 @@ async def copy_thread(runtime: Runtime, source: ThreadRecord, target_id: str) ->
         if status == "busy":
             status = settled_status(await (await runtime.accessor(graph_id)).aget(target_id))
         # The copy has none of the source's runs to tell its graph by, so it names it.
-        await runtime.store.upsert_thread(target_id, {"graph_id": graph_id, **source.metadata})
+        await runtime.store.upsert_thread(target_id, {"graph_id": graph_id, **(source.metadata if metadata is None else metadata)})
         await runtime.store.set_thread_status(target_id, status)
     except BaseException:
         await runtime.store.delete_thread(target_id)

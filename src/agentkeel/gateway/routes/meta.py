@@ -2,8 +2,9 @@
 
 ``/healthz`` answers as long as the process serves HTTP; ``/readyz`` also proves that the run
 store and the stream bridge answer (and turns 503 while the gateway drains, so a load balancer
-stops sending work before runs are interrupted). ``/metrics`` counts what this process saw since it
-started; durable totals are in the store (``GET /threads/{id}/runs``, ``keel runs list``).
+stops sending work before runs are interrupted). ``/metrics`` is the Prometheus exposition of
+``gateway.metrics``: what this process saw since it started; durable totals are in the store
+(``GET /threads/{id}/runs``, ``keel runs list``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 import agentkeel
 from agentkeel.gateway.deps import Gateway, gateway
-from agentkeel.runtime.records import TERMINAL_STATUSES
+from agentkeel.gateway.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["meta"])
 GW = Annotated[Gateway, Depends(gateway)]
@@ -72,29 +73,6 @@ async def _probe(check: Any) -> str:
     return "ok"
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(gw: GW) -> PlainTextResponse:
-    m = gw.metrics
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
-        lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
-
-    metric("agentkeel_runs_created_total", "counter", "Runs admitted through this gateway process.",
-           [("", m.runs_created)])
-    metric("agentkeel_runs_finished_total", "counter", "Runs this process finished, by terminal status.",
-           [(f'{{status="{s.value}"}}', m.runs_finished[s.value]) for s in sorted(TERMINAL_STATUSES)])
-    metric("agentkeel_runs_in_flight", "gauge", "Runs this process admitted and has not finished.",
-           [("", gw.runtime.manager.in_flight)])
-    metric("agentkeel_streams_open", "gauge", "Open SSE run streams.", [("", m.streams_open)])
-    bridge = gw.runtime.bridge
-    metric("agentkeel_stream_subscribers", "gauge", "Stream subscriptions this process serves.",
-           [("", bridge.subscribers)])
-    metric("agentkeel_stream_publish_failures_total", "counter",
-           "Stream publishes (END included) lost to stream backend faults; runs go on.",
-           [("", bridge.publish_failures)])
-    metric("agentkeel_stream_events_sent_total", "counter", "Run events sent over SSE.",
-           [("", m.stream_events_sent)])
-    metric("agentkeel_draining", "gauge", "1 while the gateway drains for shutdown.", [("", int(gw.draining))])
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+@router.get("/metrics", response_class=Response)
+async def metrics(gw: GW) -> Response:
+    return Response(gw.metrics.exposition(), media_type=CONTENT_TYPE)

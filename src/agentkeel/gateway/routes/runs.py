@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 
-from agentkeel.gateway.auth import Identity, current_user
+from agentkeel.gateway.access import Access, Caller
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.errors import BUSY_THREAD, NotFound
 from agentkeel.gateway.input_limits import MAX_OFFSET
@@ -38,7 +39,6 @@ from agentkeel.runtime.threads import delete_thread
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["runs"])
 GW = Annotated[Gateway, Depends(gateway)]
-User = Annotated[Identity | None, Depends(current_user)]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
 StreamModes = Annotated[list[str] | None, Query()]
 CancelAction = Literal["interrupt", "rollback"]
@@ -68,20 +68,39 @@ def _run_path(record: RunRecord, stateless: bool = False) -> str:
 
 
 # -- admission -------------------------------------------------------------------------------------
-async def _admit(gw: Gateway, body: RunCreate, thread_id: str, user: Identity | None, *, must_exist: bool) -> RunRecord:
-    assistant = await resolve_assistant(gw.runtime, body.assistant_id)
-    if must_exist and body.if_not_exists == "reject" and await gw.runtime.store.get_thread(thread_id) is None:
+async def _admit(gw: Gateway, access: Access, body: RunCreate, thread_id: str, *, must_exist: bool) -> RunRecord:
+    store = gw.runtime.store
+    value: dict[str, Any] = {"thread_id": thread_id, "assistant_id": body.assistant_id, "metadata": dict(body.metadata or {}),
+             "multitask_strategy": body.multitask_strategy, "if_not_exists": body.if_not_exists,
+             "after_seconds": body.after_seconds}
+    found = await access.authorize("threads", "create_run", value)  # may change value["metadata"]
+    assistant = await resolve_assistant(gw.runtime, body.assistant_id, access.sees_assistant)
+    existing = await store.get_thread(thread_id)
+    if existing is not None and not access.sees(existing.metadata, found):
+        raise NotFound("Thread or assistant not found.")  # another user's, whatever if_not_exists says
+    if existing is None and must_exist and body.if_not_exists == "reject":
         raise NotFound("Thread or assistant not found.")
-    # With if_not_exists=create the thread is created by admission itself, atomically with the
-    # run: a request refused by validation leaves no thread behind.
-    request = body.to_request(thread_id, assistant, user.user_id if user is not None else None)
+    request = body.to_request(thread_id, assistant, access.user_id)
+    request.metadata = value["metadata"]
+    assert request.config is not None  # to_request always builds one
+    request.config["configurable"].update(access.configurable())
     if body.strict_resume and "resume" in (body.command or {}):
         await _require_waiting_interrupt(gw, thread_id)
+    # Without users, admission creates a missing thread itself, atomically with the run. With
+    # users the thread must be its creator's from its first moment, so it is created first (of
+    # racing creators one wins; the others find someone's thread) and removed again, if still
+    # empty, when admission refuses the run.
+    created = existing is None and access.identity is not None and await _create_owned(access, thread_id, found)
+    began = time.perf_counter()
     try:
         record = await gw.runtime.manager.create(request)
-    except ConflictError:
-        raise ConflictError(BUSY_THREAD) from None
-    gw.metrics.runs_created += 1
+    except BaseException as exc:
+        if created and not await store.list_runs(thread_id, limit=1):
+            await store.delete_thread(thread_id)
+        if isinstance(exc, ConflictError):
+            raise ConflictError(BUSY_THREAD) from None
+        raise
+    gw.metrics.admitted(time.perf_counter() - began)
     # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
     # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
     # thread's cleanup task exists, so this never re-creates a deleted thread.
@@ -89,6 +108,17 @@ async def _admit(gw: Gateway, body: RunCreate, thread_id: str, user: Identity | 
         thread_id, {"graph_id": assistant.graph_id, "assistant_id": assistant.assistant_id}
     )
     return record
+
+
+async def _create_owned(access: Access, thread_id: str, found: dict[str, Any] | None) -> bool:
+    """Create the caller's thread; False when it exists meanwhile (and is the caller's)."""
+    store = access.runtime.store
+    if await store.create_thread(thread_id, access.owned({})) is not None:
+        return True
+    raced = await store.get_thread(thread_id)
+    if raced is None or not access.sees(raced.metadata, found):
+        raise NotFound("Thread or assistant not found.")
+    return False
 
 
 async def _require_waiting_interrupt(gw: Gateway, thread_id: str) -> None:
@@ -99,7 +129,7 @@ async def _require_waiting_interrupt(gw: Gateway, thread_id: str) -> None:
         raise ConflictError(f"strict_resume: thread {thread_id} has no interrupt waiting for a resume")
 
 
-async def _admit_stateless(gw: Gateway, body: StatelessRunCreate, user: Identity | None) -> tuple[RunRecord, asyncio.Task[Any] | None]:
+async def _admit_stateless(gw: Gateway, access: Access, body: StatelessRunCreate) -> tuple[RunRecord, asyncio.Task[Any] | None]:
     """Admit on the named thread or a new one; with ``on_completion=delete`` also start the task
     that, after END, reads the result and deletes the thread (only one this call created)."""
     named = ((body.config or {}).get("configurable") or {}).get("thread_id")
@@ -107,7 +137,7 @@ async def _admit_stateless(gw: Gateway, body: StatelessRunCreate, user: Identity
     created = not named or await gw.runtime.store.get_thread(thread_id) is None
     if created and body.command is not None and "resume" in body.command:
         raise RequestError("command", "You must provide a thread_id when resuming.", "not_allowed")
-    record = await _admit(gw, body, thread_id, user, must_exist=False)
+    record = await _admit(gw, access, body, thread_id, must_exist=False)
     cleanup = None
     if created and body.on_completion == "delete":
         cleanup = gw.spawn(_result_then_delete(gw, record), name=f"agentkeel-temporary-{record.run_id}")
@@ -211,23 +241,23 @@ def _join_stream(
 
 # -- thread runs -----------------------------------------------------------------------------------
 @router.post("/threads/{thread_id}/runs")
-async def create_run(thread_id: str, body: RunCreate, gw: GW, user: User, response: Response) -> dict[str, Any]:
-    record = await _admit(gw, body, thread_id, user, must_exist=True)
+async def create_run(thread_id: str, body: RunCreate, gw: GW, access: Caller, response: Response) -> dict[str, Any]:
+    record = await _admit(gw, access, body, thread_id, must_exist=True)
     response.headers["Content-Location"] = _run_path(record)
     return run_json(record)
 
 
 @router.post("/threads/{thread_id}/runs/stream", **STREAM_ROUTE)
-async def stream_run(thread_id: str, body: RunCreate, gw: GW, user: User) -> Response:
+async def stream_run(thread_id: str, body: RunCreate, gw: GW, access: Caller) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record = await _admit(gw, body, thread_id, user, must_exist=True)
+    record = await _admit(gw, access, body, thread_id, must_exist=True)
     return _stream_new(gw, record, body, _run_path(record))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_run(thread_id: str, body: RunCreate, gw: GW, user: User) -> Response:
+async def wait_run(thread_id: str, body: RunCreate, gw: GW, access: Caller) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record = await _admit(gw, body, thread_id, user, must_exist=True)
+    record = await _admit(gw, access, body, thread_id, must_exist=True)
     return _wait_new(gw, record, body, _run_path(record), _result_after_end(gw, record.run_id))
 
 
@@ -235,12 +265,13 @@ async def wait_run(thread_id: str, body: RunCreate, gw: GW, user: User) -> Respo
 async def list_runs(
     thread_id: str,
     gw: GW,
+    access: Caller,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     status: RunStatus | None = None,
     select: Annotated[list[str] | None, Query()] = None,
 ) -> list[dict[str, Any]]:
-    await gw.thread(thread_id)
+    await access.thread(thread_id)
     records = await gw.runtime.store.list_runs(
         thread_id, statuses=[status] if status else None, limit=limit, offset=offset
     )
@@ -249,13 +280,13 @@ async def list_runs(
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
-async def get_run(thread_id: str, run_id: str, gw: GW) -> dict[str, Any]:
-    return await run_detail_json(gw, await gw.run(run_id, thread_id))
+async def get_run(thread_id: str, run_id: str, gw: GW, access: Caller) -> dict[str, Any]:
+    return await run_detail_json(gw, await access.run(run_id, thread_id))
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
-async def delete_run(thread_id: str, run_id: str, gw: GW) -> Response:
-    await gw.run(run_id, thread_id)
+async def delete_run(thread_id: str, run_id: str, gw: GW, access: Caller) -> Response:
+    await access.run(run_id, thread_id, "delete")
     if not await gw.runtime.manager.delete_run(run_id):  # raises ConflictError while active
         raise NotFound(f"Run {run_id} not found")
     return Response(status_code=204)
@@ -266,11 +297,12 @@ async def cancel_run(
     thread_id: str,
     run_id: str,
     gw: GW,
+    access: Caller,
     wait: bool = False,
     action: CancelAction = "interrupt",
     reason: str | None = None,
 ) -> Response:
-    record = await gw.run(run_id, thread_id)
+    record = await access.run(run_id, thread_id, "update")
     outcome = await gw.runtime.manager.cancel(
         run_id, action, source="gateway", detail=reason or "cancelled by request"
     )
@@ -285,8 +317,8 @@ async def cancel_run(
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
-async def join_run(thread_id: str, run_id: str, gw: GW, cancel_on_disconnect: bool = False) -> Response:
-    record = await gw.run(run_id, thread_id)
+async def join_run(thread_id: str, run_id: str, gw: GW, access: Caller, cancel_on_disconnect: bool = False) -> Response:
+    record = await access.run(run_id, thread_id)
     return _join(gw, record, _run_path(record), cancel_on_disconnect)
 
 
@@ -296,11 +328,12 @@ async def join_stream(
     thread_id: str,
     run_id: str,
     gw: GW,
+    access: Caller,
     stream_mode: StreamModes = None,
     cancel_on_disconnect: bool = False,
     last_event_id: LastEventId = None,
 ) -> Response:
-    record = await gw.run(run_id, thread_id)
+    record = await access.run(run_id, thread_id)
     return _join_stream(gw, record, stream_mode, cancel_on_disconnect, last_event_id)
 
 
@@ -309,60 +342,62 @@ async def run_journal(
     thread_id: str,
     run_id: str,
     gw: GW,
+    access: Caller,
     after_seq: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
     kind: Annotated[list[str] | None, Query()] = None,
 ) -> list[dict[str, Any]]:
     """AgentKeel: the run's journal in ``seq`` order (``kind`` filters; repeat it for several)."""
-    await gw.run(run_id, thread_id)
+    await access.run(run_id, thread_id)
     events = await gw.runtime.journal.list(run_id, after_seq=after_seq, limit=limit, kinds=kind or None)
     return [event.to_dict() for event in events]
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/changes")
-async def run_changes(thread_id: str, run_id: str, gw: GW) -> list[dict[str, Any]]:
+async def run_changes(thread_id: str, run_id: str, gw: GW, access: Caller) -> list[dict[str, Any]]:
     """AgentKeel: files the run changed, each with the tool call and journal seq that changed it."""
-    await gw.run(run_id, thread_id)
+    await access.run(run_id, thread_id)
     events = await gw.runtime.journal.list(run_id, kinds=["file.changed"])
     return [{**event.data, "seq": event.seq} for event in events]
 
 
 # -- stateless runs --------------------------------------------------------------------------------
 @router.post("/runs")
-async def create_stateless_run(body: StatelessRunCreate, gw: GW, user: User, response: Response) -> dict[str, Any]:
-    record, _cleanup = await _admit_stateless(gw, body, user)
+async def create_stateless_run(body: StatelessRunCreate, gw: GW, access: Caller, response: Response) -> dict[str, Any]:
+    record, _cleanup = await _admit_stateless(gw, access, body)
     response.headers["Content-Location"] = _run_path(record, stateless=True)
     return run_json(record)
 
 
 @router.post("/runs/stream", **STREAM_ROUTE)
-async def stream_stateless_run(body: StatelessRunCreate, gw: GW, user: User) -> Response:
+async def stream_stateless_run(body: StatelessRunCreate, gw: GW, access: Caller) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record, _cleanup = await _admit_stateless(gw, body, user)
+    record, _cleanup = await _admit_stateless(gw, access, body)
     return _stream_new(gw, record, body, _run_path(record, stateless=True))
 
 
 @router.post("/runs/wait")
-async def wait_stateless_run(body: StatelessRunCreate, gw: GW, user: User) -> Response:
+async def wait_stateless_run(body: StatelessRunCreate, gw: GW, access: Caller) -> Response:
     gw.runtime.bridge.check_capacity()  # refuse before admitting a run nobody could follow
-    record, cleanup = await _admit_stateless(gw, body, user)
+    record, cleanup = await _admit_stateless(gw, access, body)
     result = _shielded(cleanup) if cleanup is not None else _result_after_end(gw, record.run_id)
     return _wait_new(gw, record, body, _run_path(record, stateless=True), result)
 
 
 @router.post("/runs/cancel", status_code=204)
-async def cancel_runs(body: RunsCancel, gw: GW, action: CancelAction = "interrupt") -> Response:
-    """Cancel several runs: ``{thread_id[, run_ids]}``, ``{run_ids}`` or ``{status}``. 404 when
-    nothing was cancelled."""
+async def cancel_runs(body: RunsCancel, gw: GW, access: Caller, action: CancelAction = "interrupt") -> Response:
+    """Cancel several runs: ``{thread_id[, run_ids]}``, ``{run_ids}`` or ``{status}``, of those
+    the caller may see. 404 when nothing was cancelled."""
     if body.status is not None and (body.thread_id or body.run_ids):
         raise RequestError("status", "give either status or thread_id/run_ids, not both")
     store = gw.runtime.store
     if body.status is not None:
         statuses = [RunStatus.pending, RunStatus.running] if body.status == "all" else [RunStatus(body.status)]
-        run_ids = [r.run_id for r in await _all_runs(gw, statuses)]
+        run_ids = [r.run_id for r in await _visible(access, await _all_runs(gw, statuses))]
     elif body.run_ids:
-        run_ids = [r for r in body.run_ids if await _belongs(gw, r, body.thread_id)]
+        run_ids = [r for r in body.run_ids if await _belongs(access, r, body.thread_id)]
     elif body.thread_id:
+        await access.thread(body.thread_id, "update")
         run_ids = [r.run_id for r in await store.active_runs(body.thread_id)]
     else:
         raise RequestError("thread_id", "give thread_id (and optionally run_ids), run_ids, or status")
@@ -375,9 +410,28 @@ async def cancel_runs(body: RunsCancel, gw: GW, action: CancelAction = "interrup
     return Response(status_code=204)
 
 
-async def _belongs(gw: Gateway, run_id: str, thread_id: str | None) -> bool:
-    record = await gw.runtime.store.get(run_id)
-    return record is not None and thread_id in (None, record.thread_id)
+async def _belongs(access: Access, run_id: str, thread_id: str | None) -> bool:
+    try:
+        await access.run(run_id, thread_id, "update")
+    except NotFound:
+        return False
+    return True
+
+
+async def _visible(access: Access, records: list[RunRecord]) -> list[RunRecord]:
+    """The runs whose threads the caller may update (each thread asked once)."""
+    if access.identity is None:
+        return records
+    allowed: dict[str, bool] = {}
+    for record in records:
+        if record.thread_id not in allowed:
+            allowed[record.thread_id] = False
+            try:
+                await access.thread(record.thread_id, "update")
+                allowed[record.thread_id] = True
+            except NotFound:
+                pass
+    return [r for r in records if allowed[r.thread_id]]
 
 
 async def _all_runs(gw: Gateway, statuses: list[RunStatus], page: int = 500) -> list[RunRecord]:
@@ -391,13 +445,13 @@ async def _all_runs(gw: Gateway, statuses: list[RunStatus], page: int = 500) -> 
 
 
 @router.get("/runs/{run_id}")
-async def get_stateless_run(run_id: str, gw: GW) -> dict[str, Any]:
-    return await run_detail_json(gw, await gw.run(run_id))
+async def get_stateless_run(run_id: str, gw: GW, access: Caller) -> dict[str, Any]:
+    return await run_detail_json(gw, await access.run(run_id))
 
 
 @router.get("/runs/{run_id}/join")
-async def join_stateless_run(run_id: str, gw: GW, cancel_on_disconnect: bool = False) -> Response:
-    record = await gw.run(run_id)
+async def join_stateless_run(run_id: str, gw: GW, access: Caller, cancel_on_disconnect: bool = False) -> Response:
+    record = await access.run(run_id)
     return _join(gw, record, _run_path(record, stateless=True), cancel_on_disconnect)
 
 
@@ -406,9 +460,10 @@ async def join_stateless_run(run_id: str, gw: GW, cancel_on_disconnect: bool = F
 async def join_stateless_stream(
     run_id: str,
     gw: GW,
+    access: Caller,
     stream_mode: StreamModes = None,
     cancel_on_disconnect: bool = False,
     last_event_id: LastEventId = None,
 ) -> Response:
-    record = await gw.run(run_id)
+    record = await access.run(run_id)
     return _join_stream(gw, record, stream_mode, cancel_on_disconnect, last_event_id)

@@ -2,7 +2,8 @@
 
 The same store graphs use as ``store``, so items a client writes here are what a graph reads. A
 namespace is a list of labels; ``GET`` takes it dot-joined, which is why labels cannot contain a
-dot. TTLs are in minutes, as in LangGraph.
+dot. TTLs are in minutes, as in LangGraph. With authentication a caller uses only its own
+namespaces, those whose first label is its user id (``access.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from fastapi import APIRouter, HTTPException, Response
 from langgraph.store.base import InvalidNamespaceError
 from pydantic import BaseModel, Field, field_validator
 
+from agentkeel.gateway.access import Access, Caller
 from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, check_filter_keys
-from agentkeel.gateway.runtime_dep import RuntimeDep
 
 router = APIRouter()
 FILTER_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})  # LangGraph's store filters
@@ -78,10 +79,16 @@ def _invalid(field: str, exc: Exception) -> HTTPException:
     return HTTPException(422, f"{field}: {exc}")
 
 
+async def _owned(access: Access, action: str, labels: tuple[str, ...], field: str, **value: Any) -> tuple[str, ...]:
+    """The namespace the caller may use (``access.namespace``: its own, after the rules)."""
+    return await access.namespace(action, {"namespace": labels, **value}, field)
+
+
 @router.put("/store/items", status_code=204)
-async def put_item(body: ItemPut, runtime: RuntimeDep) -> Response:
-    namespace = _namespace(body.namespace, "namespace")
-    store = runtime.kv_store
+async def put_item(body: ItemPut, access: Caller) -> Response:
+    namespace = await _owned(access, "put", _namespace(body.namespace, "namespace"), "namespace",
+                             key=body.key, value=body.value, index=body.index, ttl=body.ttl)
+    store = access.runtime.kv_store
     if body.ttl is not None and not store.supports_ttl:
         raise HTTPException(422, "ttl: this server's store (memory://) does not support TTLs")
     try:
@@ -92,30 +99,34 @@ async def put_item(body: ItemPut, runtime: RuntimeDep) -> Response:
 
 
 @router.get("/store/items")
-async def get_item(namespace: str, key: str, runtime: RuntimeDep, refresh_ttl: bool | None = None) -> Any:
+async def get_item(namespace: str, key: str, access: Caller, refresh_ttl: bool | None = None) -> Any:
     """The item, or JSON ``null`` when there is none (200 either way, like the official server)."""
     labels = _namespace(namespace.split(".") if namespace else [], "namespace")
+    labels = await _owned(access, "get", labels, "namespace", key=key)
     try:
-        item = await runtime.kv_store.aget(labels, key, refresh_ttl=refresh_ttl)
+        item = await access.runtime.kv_store.aget(labels, key, refresh_ttl=refresh_ttl)
     except InvalidNamespaceError as exc:
         raise _invalid("namespace", exc) from None
     return item.dict() if item is not None else None
 
 
 @router.delete("/store/items", status_code=204)
-async def delete_item(body: ItemDelete, runtime: RuntimeDep) -> Response:
+async def delete_item(body: ItemDelete, access: Caller) -> Response:
+    namespace = await _owned(access, "delete", _namespace(body.namespace, "namespace"), "namespace", key=body.key)
     try:
-        await runtime.kv_store.adelete(_namespace(body.namespace, "namespace"), body.key)
+        await access.runtime.kv_store.adelete(namespace, body.key)
     except InvalidNamespaceError as exc:
         raise _invalid("namespace", exc) from None
     return Response(status_code=204)
 
 
 @router.post("/store/items/search")
-async def search_items(body: ItemSearch, runtime: RuntimeDep) -> dict[str, Any]:
+async def search_items(body: ItemSearch, access: Caller) -> dict[str, Any]:
     prefix = _namespace(body.namespace_prefix, "namespace_prefix", allow_empty=True)
+    prefix = await _owned(access, "search", prefix, "namespace_prefix", filter=body.filter, limit=body.limit,
+                          offset=body.offset, query=body.query)
     try:
-        items = await runtime.kv_store.asearch(
+        items = await access.runtime.kv_store.asearch(
             prefix, query=body.query, filter=body.filter, limit=body.limit, offset=body.offset,
             refresh_ttl=body.refresh_ttl,
         )
@@ -125,10 +136,12 @@ async def search_items(body: ItemSearch, runtime: RuntimeDep) -> dict[str, Any]:
 
 
 @router.post("/store/namespaces")
-async def list_namespaces(body: NamespaceSearch, runtime: RuntimeDep) -> dict[str, Any]:
-    prefix = _namespace(body.prefix, "prefix", allow_empty=True) if body.prefix else None
+async def list_namespaces(body: NamespaceSearch, access: Caller) -> dict[str, Any]:
+    prefix = _namespace(body.prefix, "prefix", allow_empty=True) if body.prefix else ()
+    owned = await _owned(access, "list_namespaces", prefix, "prefix", suffix=body.suffix,
+                         max_depth=body.max_depth, limit=body.limit, offset=body.offset)
     suffix = _namespace(body.suffix, "suffix", allow_empty=True) if body.suffix else None
-    namespaces = await runtime.kv_store.alist_namespaces(
-        prefix=prefix, suffix=suffix, max_depth=body.max_depth, limit=body.limit, offset=body.offset
+    namespaces = await access.runtime.kv_store.alist_namespaces(
+        prefix=owned or None, suffix=suffix, max_depth=body.max_depth, limit=body.limit, offset=body.offset
     )
     return {"namespaces": [list(ns) for ns in namespaces]}

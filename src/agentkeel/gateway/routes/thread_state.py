@@ -13,12 +13,11 @@ from fastapi import APIRouter, HTTPException, Query
 from langgraph.errors import InvalidUpdateError
 from pydantic import BaseModel, Field, field_validator
 
+from agentkeel.gateway.access import Access, Caller
 from agentkeel.gateway.input_limits import MAX_PAGE, check_filter_keys
-from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.gateway.threads_view import (
     checkpoint_view,
     empty_state_view,
-    existing_thread,
     read_history,
     read_state,
     select_fields,
@@ -26,7 +25,6 @@ from agentkeel.gateway.threads_view import (
     thread_accessor,
 )
 from agentkeel.runtime.checkpoints import CheckpointModeError
-from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.thread_status import settled_status
 
 router = APIRouter()
@@ -64,10 +62,10 @@ class HistoryQuery(BaseModel):
 
 
 async def _state(
-    runtime: Runtime, thread_id: str, checkpoint: dict[str, Any] | None, subgraphs: bool, select: list[str] | None
+    access: Access, thread_id: str, checkpoint: dict[str, Any] | None, subgraphs: bool, select: list[str] | None
 ) -> dict[str, Any]:
-    thread = await existing_thread(runtime, thread_id)
-    snapshot = await read_state(await thread_accessor(runtime, thread), thread_id, checkpoint, subgraphs)
+    thread = await access.thread(thread_id)
+    snapshot = await read_state(await thread_accessor(access.runtime, thread), thread_id, checkpoint, subgraphs)
     if snapshot is None:
         if checkpoint and checkpoint.get("checkpoint_id"):
             raise HTTPException(404, f"Checkpoint {checkpoint['checkpoint_id']} of thread {thread_id} not found")
@@ -77,28 +75,29 @@ async def _state(
 
 @router.get("/threads/{thread_id}/state")
 async def get_state(
-    thread_id: str, runtime: RuntimeDep, subgraphs: bool = False, select: Select = None
+    thread_id: str, access: Caller, subgraphs: bool = False, select: Select = None
 ) -> dict[str, Any]:
-    return await _state(runtime, thread_id, None, subgraphs, select)
+    return await _state(access, thread_id, None, subgraphs, select)
 
 
 @router.get("/threads/{thread_id}/state/{checkpoint_id}")
 async def get_state_at(
-    thread_id: str, checkpoint_id: str, runtime: RuntimeDep, subgraphs: bool = False, select: Select = None
+    thread_id: str, checkpoint_id: str, access: Caller, subgraphs: bool = False, select: Select = None
 ) -> dict[str, Any]:
-    return await _state(runtime, thread_id, {"checkpoint_id": checkpoint_id}, subgraphs, select)
+    return await _state(access, thread_id, {"checkpoint_id": checkpoint_id}, subgraphs, select)
 
 
 @router.post("/threads/{thread_id}/state/checkpoint")
-async def post_state_at(thread_id: str, body: StateAt, runtime: RuntimeDep) -> dict[str, Any]:
-    return await _state(runtime, thread_id, body.checkpoint.model_dump(), body.subgraphs, body.select)
+async def post_state_at(thread_id: str, body: StateAt, access: Caller) -> dict[str, Any]:
+    return await _state(access, thread_id, body.checkpoint.model_dump(), body.subgraphs, body.select)
 
 
 @router.post("/threads/{thread_id}/state")
-async def update_state(thread_id: str, body: StateUpdateRequest, runtime: RuntimeDep) -> dict[str, Any]:
+async def update_state(thread_id: str, body: StateUpdateRequest, access: Caller) -> dict[str, Any]:
     """As if ``as_node`` had returned ``values`` (LangGraph's ``update_state``), on the head or
     on ``checkpoint_id`` (forking from it). Subgraph state cannot be updated (422)."""
-    thread = await existing_thread(runtime, thread_id)
+    thread = await access.thread(thread_id, "update")
+    runtime = access.runtime
     if body.checkpoint is not None and body.checkpoint.checkpoint_ns:
         raise HTTPException(422, "checkpoint.checkpoint_ns: updating a subgraph's state is not supported")
     if await runtime.store.active_runs(thread_id):
@@ -118,11 +117,11 @@ async def update_state(thread_id: str, body: StateUpdateRequest, runtime: Runtim
     return {"checkpoint": checkpoint_view(config)}
 
 
-async def _history(runtime: Runtime, thread_id: str, query: HistoryQuery) -> list[dict[str, Any]]:
-    thread = await existing_thread(runtime, thread_id)
+async def _history(access: Access, thread_id: str, query: HistoryQuery) -> list[dict[str, Any]]:
+    thread = await access.thread(thread_id)
     before = query.before.checkpoint_id if isinstance(query.before, CheckpointRef) else query.before
     history = await read_history(
-        await thread_accessor(runtime, thread), thread_id, limit=query.limit, before=before,
+        await thread_accessor(access.runtime, thread), thread_id, limit=query.limit, before=before,
         metadata=query.metadata, checkpoint=query.checkpoint.model_dump() if query.checkpoint else None,
     )
     return [select_fields(state_view(s), query.select) for s in history]
@@ -130,11 +129,11 @@ async def _history(runtime: Runtime, thread_id: str, query: HistoryQuery) -> lis
 
 @router.get("/threads/{thread_id}/history")
 async def get_history(
-    thread_id: str, runtime: RuntimeDep, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 10, before: str | None = None
+    thread_id: str, access: Caller, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 10, before: str | None = None
 ) -> list[dict[str, Any]]:
-    return await _history(runtime, thread_id, HistoryQuery(limit=limit, before=before))
+    return await _history(access, thread_id, HistoryQuery(limit=limit, before=before))
 
 
 @router.post("/threads/{thread_id}/history")
-async def post_history(thread_id: str, body: HistoryQuery, runtime: RuntimeDep) -> list[dict[str, Any]]:
-    return await _history(runtime, thread_id, body)
+async def post_history(thread_id: str, body: HistoryQuery, access: Caller) -> list[dict[str, Any]]:
+    return await _history(access, thread_id, body)

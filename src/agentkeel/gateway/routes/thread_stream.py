@@ -10,8 +10,11 @@ no header) gives only what is published after joining. Anything else is refused 
 
 Why runs are found with ``list_runs`` and a ``created_at`` cutoff rather than ``active_runs`` alone: a
 short run can be admitted and finish between two checks, and ``active_runs`` would never show it.
-Checks happen after each run ends and every ``_IDLE_POLL_S`` while idle; the stream closes only
-when the client leaves (never cancelling a run) or the gateway drains (so shutdown is not held up).
+Checks happen after each run ends and whenever the bridge announces a run admitted on the thread
+(``StreamBridge.watch_thread``; the manager announces every admission): an idle thread stream
+makes no database query, and a lost announcement costs at most ``_RECHECK_S`` of latency. The
+stream closes only when the client leaves (never cancelling a run) or the gateway drains (checked
+every ``_DRAIN_CHECK_S``, so shutdown is not held up).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from agentkeel.gateway.access import Caller
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.render import ModeRenderer
-from agentkeel.gateway.sse import STREAM_ROUTE, follow_run, rendered_frames, sse_frame
-from agentkeel.runtime.bridge import LIVE, EventKind, InvalidEventId, parse_event_id
+from agentkeel.gateway.sse import STREAM_ROUTE, follow_run, frame_data, rendered_frames, sse_frame
+from agentkeel.runtime.bridge import LIVE, EventKind, InvalidEventId, ThreadWatch, parse_event_id
 from agentkeel.runtime.observe import RUN_RECORD_EVENT
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.requests import RequestError
@@ -40,7 +44,8 @@ router = APIRouter(tags=["threads"])
 
 THREAD_MODES = ("run_modes", "lifecycle", "state_update")
 _FROM_START = frozenset({"-1", "-", "0", "0-0"})
-_IDLE_POLL_S = 0.25  # how soon a new run is noticed while nothing is being followed
+_RECHECK_S = 30.0  # the store is checked this often while idle even without an announcement
+_DRAIN_CHECK_S = 1.0  # how soon an idle stream notices the gateway draining
 _PAGE = 100  # runs read per check: more admitted between two checks than this are not followed
 Modes = Annotated[list[str] | None, Query()]
 
@@ -73,11 +78,12 @@ def _split_cursor(last_event_id: str | None) -> tuple[str | None, str]:
 async def thread_stream(
     thread_id: str,
     gw: Annotated[Gateway, Depends(gateway)],
+    access: Caller,
     stream_mode: Modes = None,
     stream_modes: Modes = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
-    await gw.thread(thread_id)
+    await access.thread(thread_id)
     gw.runtime.bridge.check_capacity()
     modes = _thread_modes(stream_mode, stream_modes)
     run_id, event_id = _split_cursor(last_event_id)
@@ -109,21 +115,23 @@ async def thread_stream(
 async def _frames(
     gw: Gateway, thread_id: str, modes: set[str], queue: list[tuple[RunRecord, str | None]],
     cutoff: datetime | None, seen: dict[str, datetime],
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """Follow the queued runs one by one, then each run admitted after ``cutoff``, until the client
-    leaves (a cancellation here; observers are closed, runs are left alone)."""
+    leaves (a cancellation here; observers are closed, runs are left alone). The watch is opened
+    before the first check, so a run admitted at any point after it is announced to it."""
     gw.metrics.streams_open += 1
     try:
-        while True:
-            for record, cursor in queue:
-                async for frame in _run_frames(gw, record, modes, cursor):
-                    yield frame
-                cutoff = record.created_at if cutoff is None else max(cutoff, record.created_at)
-            if gw.draining:  # no new runs will come; an endless stream would hold up shutdown
-                return
-            queue = [(r, None) for r in await _newer(gw, thread_id, cutoff, seen)]
-            if not queue:
-                await asyncio.sleep(_IDLE_POLL_S)
+        async with gw.runtime.bridge.watch_thread(thread_id) as watch:
+            while True:
+                for record, cursor in queue:
+                    async for frame in _run_frames(gw, record, modes, cursor):
+                        yield frame
+                    cutoff = record.created_at if cutoff is None else max(cutoff, record.created_at)
+                if gw.draining:  # no new runs will come; an endless stream would hold up shutdown
+                    return
+                queue = [(r, None) for r in await _newer(gw, thread_id, cutoff, seen)]
+                if not queue:
+                    await _idle(gw, watch)
     except _CursorRefused:  # its error event was sent: the client must pick another cursor
         return
     except Exception as exc:
@@ -131,6 +139,15 @@ async def _frames(
         yield sse_frame("error", {"error": type(exc).__name__, "message": "the thread stream failed; reconnect with Last-Event-ID"})
     finally:
         gw.metrics.streams_open -= 1
+
+
+async def _idle(gw: Gateway, watch: ThreadWatch) -> None:
+    """Until a run is announced on the thread, the gateway drains, or ``_RECHECK_S`` passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _RECHECK_S
+    while not gw.draining and (left := deadline - loop.time()) > 0:
+        if await watch.wait(min(_DRAIN_CHECK_S, left)):
+            return
 
 
 async def _newer(gw: Gateway, thread_id: str, cutoff: datetime | None, seen: dict[str, datetime]) -> list[RunRecord]:
@@ -144,7 +161,7 @@ async def _newer(gw: Gateway, thread_id: str, cutoff: datetime | None, seen: dic
     return fresh
 
 
-async def _run_frames(gw: Gateway, record: RunRecord, modes: set[str], cursor: str | None) -> AsyncIterator[ServerSentEvent]:
+async def _run_frames(gw: Gateway, record: RunRecord, modes: set[str], cursor: str | None) -> AsyncIterator[bytes]:
     """One run's frames after ``cursor``, then its ``run_done``.
 
     ``run_modes`` renders each run for its own ``stream_mode``; otherwise only ``metadata`` (start
@@ -161,7 +178,7 @@ async def _run_frames(gw: Gateway, record: RunRecord, modes: set[str], cursor: s
                 if whole and cursor != LIVE:  # the stream was reaped: the durable record instead
                     yield sse_frame(RUN_RECORD_EVENT, item.data)
             elif item.kind in (EventKind.data, EventKind.gap):
-                frames = _kept(renderer.feed(item.event, item.data), kept)
+                frames = _kept(renderer.feed(item.event, frame_data(renderer, item)), kept)
                 for frame in rendered_frames(gw, frames, f"{run_id}:{item.id}" if item.id else None, renderer.holding):
                     yield frame
             elif item.kind is EventKind.error:

@@ -19,11 +19,10 @@ from langgraph.errors import InvalidUpdateError
 from langgraph.types import StateUpdate
 from pydantic import BaseModel, Field
 
+from agentkeel.gateway.access import OWNER, Access, Caller
 from agentkeel.gateway.input_limits import MAX_OFFSET, MAX_PAGE, Id
 from agentkeel.gateway.routes import thread_state, thread_stream
-from agentkeel.gateway.runtime_dep import RuntimeDep
 from agentkeel.gateway.threads_view import (
-    existing_thread,
     read_state,
     select_fields,
     state_config,
@@ -99,27 +98,30 @@ def _refuse_ttl(ttl: Any) -> None:
 
 # -- create -----------------------------------------------------------------------------------------
 @router.post("/threads")
-async def create_thread(body: ThreadCreate, runtime: RuntimeDep) -> dict[str, Any]:
-    """An existing id: 409, or the thread as it is (``if_exists=do_nothing``). The run store has
-    no insert-if-absent for threads, so two concurrent creates of one id may both answer 200."""
+async def create_thread(body: ThreadCreate, access: Caller) -> dict[str, Any]:
+    """An existing id: 409, or the thread as it is (``if_exists=do_nothing``; another user's is
+    409 all the same). Of concurrent creates of one id exactly one creates it."""
     _refuse_ttl(body.ttl)
+    runtime = access.runtime
     thread_id = body.thread_id or str(uuid.uuid4())
     if not is_valid_thread_id(thread_id):
         raise _unprocessable("thread_id", "must be 1-128 characters of letters, digits, '_', '.', '-'")
-    existing = await runtime.store.get_thread(thread_id)
-    if existing is not None:
-        if body.if_exists == "raise":
+    value: dict[str, Any] = {"thread_id": thread_id, "metadata": dict(body.metadata or {}), "if_exists": body.if_exists}
+    found = await access.authorize("threads", "create", value)  # the rule may change value["metadata"]
+    updates = _supersteps(body.supersteps or [])
+    thread = await runtime.store.create_thread(thread_id, access.owned(value["metadata"]))
+    if thread is None:
+        existing = await runtime.store.get_thread(thread_id)
+        if body.if_exists == "raise" or existing is None or not access.sees(existing.metadata, found):
             raise HTTPException(409, f"Thread with ID {thread_id} already exists")
         return await thread_view(runtime, existing)
-    updates = _supersteps(body.supersteps or [])
-    thread = await runtime.store.upsert_thread(thread_id, body.metadata or {})
     if updates:
         try:
             await _apply_supersteps(runtime, thread, updates)
         except BaseException:
             await delete_thread(runtime, thread_id)  # a refused create leaves nothing behind
             raise
-        thread = await existing_thread(runtime, thread_id)
+        thread = await access.thread(thread_id)
     return await thread_view(runtime, thread)
 
 
@@ -154,14 +156,16 @@ def _contains(actual: Any, wanted: dict[str, Any]) -> bool:
     return isinstance(actual, dict) and all(k in actual and actual[k] == v for k, v in wanted.items())
 
 
-async def _matching(runtime: Runtime, body: ThreadCount, ids: list[str] | None = None) -> list[ThreadRecord]:
+async def _matching(access: Access, body: ThreadCount, ids: list[str] | None = None) -> list[ThreadRecord]:
+    runtime = access.runtime
     if ids is None:
         candidates = await list_all_threads(runtime.store)
     else:
         wanted = [t for t in dict.fromkeys(ids) if is_valid_thread_id(t)]
         candidates = [t for t in [await runtime.store.get_thread(i) for i in wanted] if t is not None]
+    value = {**body.model_dump(include={"metadata", "values", "status"}), "ids": ids}
     matched = [
-        t for t in candidates
+        t for t in await access.visible_threads(candidates, value)
         if (body.status is None or t.status == body.status) and _contains(t.metadata, body.metadata or {})
     ]
     if not body.values:
@@ -175,10 +179,11 @@ async def _matching(runtime: Runtime, body: ThreadCount, ids: list[str] | None =
 
 
 @router.post("/threads/search")
-async def search_threads(body: ThreadSearch, runtime: RuntimeDep, response: Response) -> list[dict[str, Any]]:
+async def search_threads(body: ThreadSearch, access: Caller, response: Response) -> list[dict[str, Any]]:
     if body.extract is not None:
         raise _unprocessable("extract", "is not supported by this server")
-    matched = await _matching(runtime, body, body.ids)
+    runtime = access.runtime
+    matched = await _matching(access, body, body.ids)
     field = "updated_at" if body.sort_by == "state_updated_at" else body.sort_by
     matched.sort(key=lambda t: (getattr(t, field), t.thread_id), reverse=body.sort_order == "desc")
     page = matched[body.offset : body.offset + body.limit]
@@ -189,43 +194,51 @@ async def search_threads(body: ThreadSearch, runtime: RuntimeDep, response: Resp
 
 
 @router.post("/threads/count")
-async def count_threads(body: ThreadCount, runtime: RuntimeDep) -> int:
-    return len(await _matching(runtime, body))
+async def count_threads(body: ThreadCount, access: Caller) -> int:
+    return len(await _matching(access, body))
 
 
 # -- one thread -------------------------------------------------------------------------------------
 @router.get("/threads/{thread_id}")
-async def get_thread(thread_id: str, runtime: RuntimeDep) -> dict[str, Any]:
-    return await thread_view(runtime, await existing_thread(runtime, thread_id))
+async def get_thread(thread_id: str, access: Caller) -> dict[str, Any]:
+    return await thread_view(access.runtime, await access.thread(thread_id))
 
 
 @router.patch("/threads/{thread_id}", response_model=None)
 async def patch_thread(
-    thread_id: str, body: ThreadPatch, runtime: RuntimeDep, prefer: str | None = Header(None)
+    thread_id: str, body: ThreadPatch, access: Caller, prefer: str | None = Header(None)
 ) -> dict[str, Any] | Response:
     """Metadata is merged into the thread's (a key set to null stays, with the value null)."""
     _refuse_ttl(body.ttl)
-    await existing_thread(runtime, thread_id)
-    thread = await runtime.store.upsert_thread(thread_id, body.metadata or {})
+    metadata = dict(body.metadata or {})
+    current = await access.thread(thread_id, "update", metadata=metadata)
+    access.check_owner_change(metadata, current.metadata)
+    runtime = access.runtime
+    thread = await runtime.store.upsert_thread(thread_id, metadata)
     if prefer is not None and "return=minimal" in prefer:
         return Response(status_code=204)
     return await thread_view(runtime, thread)
 
 
 @router.delete("/threads/{thread_id}", status_code=204)
-async def delete_thread_route(thread_id: str, runtime: RuntimeDep) -> Response:
-    """204 whether or not the thread existed; active runs are cancelled first (see
+async def delete_thread_route(thread_id: str, access: Caller) -> Response:
+    """204 whether or not the thread existed (with authentication, a missing thread is 404 like
+    another user's, so the answer tells nothing); active runs are cancelled first (see
     ``runtime.threads.delete_thread``), 409 if one runs in another process."""
+    if access.identity is not None:
+        await access.thread(thread_id, "delete")
     if is_valid_thread_id(thread_id):
         try:
-            await delete_thread(runtime, thread_id)
+            await delete_thread(access.runtime, thread_id)
         except ConflictError as exc:
             raise HTTPException(409, str(exc)) from None
     return Response(status_code=204)
 
 
 @router.post("/threads/{thread_id}/copy")
-async def copy_thread_route(thread_id: str, runtime: RuntimeDep) -> dict[str, Any]:
-    source = await existing_thread(runtime, thread_id)
-    copied = await copy_thread(runtime, source, str(uuid.uuid4()))
-    return await thread_view(runtime, copied)
+async def copy_thread_route(thread_id: str, access: Caller) -> dict[str, Any]:
+    """The copy belongs to the caller (an admin copying another user's thread gets its own)."""
+    source = await access.thread(thread_id)
+    metadata = {**source.metadata, OWNER: access.user_id} if access.identity is not None else None
+    copied = await copy_thread(access.runtime, source, str(uuid.uuid4()), metadata)
+    return await thread_view(access.runtime, copied)

@@ -21,6 +21,7 @@ from agentkeel.runtime.bridge.base import (
     StreamClosed,
     StreamEvent,
     StreamGone,
+    ThreadWatch,
     TooManySubscribers,
     format_event_id,
     parse_event_id,
@@ -38,17 +39,24 @@ def open_bridge(
     heartbeat_s: float,
     prefix: str = "agentkeel",
     max_subscribers: int | None = None,
+    end_grace_s: float | None = None,
+    run_max_bytes: int | None = None,
+    max_bytes: int | None = None,
 ) -> StreamBridge:
     """A bridge for ``url``; ``prefix`` namespaces the Redis keys (ignored by memory);
-    ``max_subscribers`` bounds this process's concurrent subscriptions (``None``: unbounded).
+    ``max_subscribers`` bounds this process's concurrent subscriptions (``None``: unbounded);
+    ``end_grace_s`` is how long a stream outlives its END (``None``: ``ttl_s``); ``run_max_bytes``
+    and ``max_bytes`` bound the memory backend's retained events per run and per process (Redis
+    bounds its streams by ``retention`` and its own ``maxmemory``).
 
     Connecting is lazy (on first use), so this never blocks and never fails on a down server.
     """
     settings: dict[str, Any] = {
         "retention": retention, "ttl_s": ttl_s, "heartbeat_s": heartbeat_s, "max_subscribers": max_subscribers,
+        "end_grace_s": end_grace_s,
     }
     if url == "memory":
-        return MemoryStreamBridge(**settings)
+        return MemoryStreamBridge(**settings, run_max_bytes=run_max_bytes, max_bytes=max_bytes)
     if url.startswith(_REDIS_SCHEMES):
         # Imported here so a memory-only process never loads the Redis client.
         from agentkeel.runtime.bridge.redis import RedisStreamBridge, open_clients
@@ -72,6 +80,7 @@ __all__ = [
     "StreamClosed",
     "StreamEvent",
     "StreamGone",
+    "ThreadWatch",
     "TooManySubscribers",
     "format_event_id",
     "open_bridge",

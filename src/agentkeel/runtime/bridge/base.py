@@ -47,7 +47,6 @@ instead of each waiting out a timeout.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -56,10 +55,11 @@ from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 from typing import Any, ClassVar
 
-from agentkeel.runtime.redaction import redact
+import orjson
+
+from agentkeel.runtime.redaction import redact_bytes
 
 log = logging.getLogger(__name__)
 
@@ -130,19 +130,25 @@ class StreamGone(LookupError):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamEvent:
     id: str
     seq: int
     event: str
-    raw: Any  # the data, or its JSON text when ``encoded``
+    raw: Any  # the data, or its JSON bytes when ``encoded``
     encoded: bool = False
 
-    @cached_property
+    @property
     def data(self) -> Any:
-        """Decoded on first access: a run with no subscriber never pays for decoding (and the
-        memory bridge retains compact strings rather than object graphs the GC must walk)."""
-        return json.loads(self.raw) if self.encoded else self.raw
+        """The data as objects, decoded at each access and never kept: only a consumer that needs
+        objects pays for decoding, and a retained event stays its compact bytes (no decoded copy
+        for the GC to walk)."""
+        return orjson.loads(self.raw) if self.encoded else self.raw
+
+    @property
+    def json(self) -> bytes:
+        """The data as JSON bytes: the published bytes themselves, never re-encoded."""
+        return self.raw if self.encoded else encode_data(self.raw)
 
     @property
     def kind(self) -> EventKind:
@@ -183,13 +189,16 @@ def parse_event_id(last_event_id: str | None) -> int | None:
     return int(match.group(1))
 
 
-def encode_data(data: Any) -> str:
-    """Compact JSON; values JSON cannot represent (datetimes, UUIDs...) become their ``str``."""
-    return json.dumps(data, default=str, separators=(",", ":"), ensure_ascii=False)
+_ENCODE_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME  # datetimes: their str, as ever
 
 
-def data_event(seq: int, event: str, payload: str) -> StreamEvent:
-    """Both backends hand out decoded JSON, so a subscriber sees the same values on either."""
+def encode_data(data: Any) -> bytes:
+    """Compact UTF-8 JSON; values JSON cannot represent (datetimes, UUIDs...) become their ``str``."""
+    return orjson.dumps(data, default=str, option=_ENCODE_OPTIONS)
+
+
+def data_event(seq: int, event: str, payload: bytes) -> StreamEvent:
+    """Both backends hand out the published JSON bytes, so a subscriber sees the same on either."""
     return StreamEvent(format_event_id(seq), seq, event, payload, encoded=True)
 
 
@@ -220,6 +229,14 @@ class Reader(ABC):
         """
 
 
+class ThreadWatch(ABC):
+    """One waiter's wake-ups for new runs of one thread (``StreamBridge.watch_thread``)."""
+
+    @abstractmethod
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until a run is announced on the thread (``True``) or ``timeout_s`` passes."""
+
+
 class StreamBridge(ABC):
     """Per-run event streams: bounded retention, TTL cleanup, resumable subscriptions."""
 
@@ -230,16 +247,21 @@ class StreamBridge(ABC):
     """Exceptions that mean "the backend failed", never "the caller is wrong"."""
 
     def __init__(
-        self, *, retention: int, ttl_s: float, heartbeat_s: float, max_subscribers: int | None = None
+        self, *, retention: int, ttl_s: float, heartbeat_s: float, max_subscribers: int | None = None,
+        end_grace_s: float | None = None,
     ) -> None:
         if retention < 1:
             raise ValueError("retention must be at least 1")
         if ttl_s <= 0 or heartbeat_s <= 0:
             raise ValueError("ttl_s and heartbeat_s must be positive")
+        if end_grace_s is not None and end_grace_s <= 0:
+            raise ValueError("end_grace_s must be positive")
         if max_subscribers is not None and max_subscribers < 1:
             raise ValueError("max_subscribers must be at least 1")
         self.retention = retention
         self.ttl_s = ttl_s
+        self.end_grace_s = ttl_s if end_grace_s is None else min(end_grace_s, ttl_s)
+        """How long a stream is kept after its END; later joins are answered from the record."""
         self.heartbeat_s = heartbeat_s
         self.max_subscribers = max_subscribers
         self.subscribers = 0
@@ -266,14 +288,19 @@ class StreamBridge(ABC):
         return self._last.get(run_id)
 
     async def publish(self, run_id: str, event: str, data: Any) -> StreamEvent | None:
-        """Append a data event with the run's next seq.
+        """Append a data event with the run's next seq (``data`` encoded by ``encode_data``).
 
         Returns ``None`` when a backend fault lost it (logged, counted, its seq skipped). Raises
         ``StreamClosed`` after END and ``ValueError`` for a reserved name: those are caller bugs.
         """
+        return await self.publish_encoded(run_id, event, encode_data(data))
+
+    async def publish_encoded(self, run_id: str, event: str, payload: bytes) -> StreamEvent | None:
+        """``publish`` for data already encoded to JSON bytes (the worker's ``EventEncoder``):
+        these bytes are what the bridge keeps and every subscriber's SSE frame carries."""
         if not event or event in RESERVED_EVENTS:
             raise ValueError(f"event name {event!r} is empty or reserved")
-        payload = redact(encode_data(data))  # no secret of the server's reaches an observer
+        payload = redact_bytes(payload)  # no secret of the server's reaches an observer
         floor = self._last.get(run_id, 0)
         if self._faulted():
             self._skip(run_id, floor)
@@ -324,7 +351,7 @@ class StreamBridge(ABC):
         self._last[run_id] = max(self._last.get(run_id, 0), floor + 1)
 
     @abstractmethod
-    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
+    async def _append(self, run_id: str, event: str, payload: bytes, floor: int) -> StreamEvent:
         """Atomically store the event as seq ``max(head, floor) + 1``, trim to retention, refresh
         the TTL; raise ``StreamClosed`` after END."""
 
@@ -403,6 +430,30 @@ class StreamBridge(ABC):
     @abstractmethod
     def _reader(self, run_id: str) -> AbstractAsyncContextManager[Reader]:
         """A reader for one subscription, held for the subscription's lifetime."""
+
+    async def final_seq(self, run_id: str) -> int | None:
+        """The last seq of a stream that ended and was dropped, if this bridge still knows it
+        (so an observer answered from the record can say exactly how many events it missed)."""
+        return None
+
+    # -- thread wake-ups -------------------------------------------------------------------------
+    @abstractmethod
+    def watch_thread(self, thread_id: str) -> AbstractAsyncContextManager[ThreadWatch]:
+        """Wake-ups for new runs of ``thread_id``: every ``announce`` made after the watch opened
+        wakes its next ``wait`` (or the current one), so a waiter that checks the store *after*
+        opening the watch cannot miss a run admitted meanwhile."""
+
+    async def announce(self, thread_id: str) -> None:
+        """Tell the thread's watchers that a run was admitted. Never raises: a lost wake-up only
+        costs latency (watchers also re-check on a slow timer)."""
+        try:
+            await self._announce(thread_id)
+        except self.faults as exc:
+            log.warning("thread %s: announcing a new run failed (%s: %s)", thread_id, type(exc).__name__, exc)
+
+    @abstractmethod
+    async def _announce(self, thread_id: str) -> None:
+        """The backend's part of ``announce``."""
 
     @abstractmethod
     async def exists(self, run_id: str) -> bool:

@@ -9,8 +9,14 @@ entry, which exact ``MAXLEN`` trimming never removes.
 Appends run as one Lua script (read the newest entry, refuse if it is END, ``XADD`` the next seq
 with exact ``MAXLEN``, refresh ``PEXPIRE``), so concurrent publishers in any number of processes
 get unique, contiguous seqs. END is added with ``MAXLEN retention + 1`` so it never costs an
-event. Every write refreshes the TTL, so a stream expires ``ttl_s`` after its END or after its
-last publish if abandoned.
+event. Every write refreshes the TTL, so a stream expires ``ttl_s`` after its last publish if
+abandoned, and ``end_grace_s`` after its END. No second key outlives it, so an observer answered
+from the record after that learns that it missed events (a ``gap``), not how many.
+Event data is stored as the JSON bytes the publisher encoded and handed back as such.
+
+Thread wake-ups (``announce``) are entries of ``{prefix}:thread:{thread_id}``, a stream capped at
+one entry with the stream TTL; a watcher ``XREAD BLOCK``s after the newest id it saw, so an
+announcement made between two of its reads is not missed.
 
 The append takes the publisher's floor (its last seq, see ``StreamBridge``): the seq is
 ``max(newest entry, floor) + 1``, so a key that vanished (deleted, expired, lost in a restart of a
@@ -52,6 +58,7 @@ from agentkeel.runtime.bridge.base import (
     StreamClosed,
     StreamEvent,
     StreamGone,
+    ThreadWatch,
     data_event,
 )
 
@@ -86,10 +93,11 @@ end
 seq = math.max(seq, tonumber(ARGV[4]))
 if ARGV[3] == 'end' then
   redis.call('XADD', KEYS[1], 'MAXLEN', tonumber(ARGV[1]) + 1, seq .. '-1', 'end', '1')
-else
-  seq = seq + 1
-  redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  return seq
 end
+seq = seq + 1
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return seq
 """
@@ -102,15 +110,15 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 def open_clients(url: str, *, heartbeat_s: float, max_subscribers: int | None) -> tuple[Redis, Redis]:
     """(publisher, subscriber) clients of ``url``, with separate pools and bounded waits."""
     common: dict[str, Any] = {
-        "decode_responses": True,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": HEALTH_CHECK_S,
         "socket_keepalive": True,
         "retry": Retry(NoBackoff(), 0),  # publishes must not repeat; reads retry in _retrying
     }
-    publisher = Redis.from_url(url, socket_timeout=PUBLISH_TIMEOUT_S, **common)
-    subscriber = Redis.from_url(
+    publisher = Redis.from_url(url, socket_timeout=PUBLISH_TIMEOUT_S, decode_responses=True, **common)
+    subscriber = Redis.from_url(  # raw replies: event data is handed on as the bytes stored
         url,
+        decode_responses=False,
         socket_timeout=heartbeat_s + READ_GRACE_S,
         max_connections=None if max_subscribers is None else max_subscribers + POOL_MARGIN,
         **common,
@@ -118,10 +126,15 @@ def open_clients(url: str, *, heartbeat_s: float, max_subscribers: int | None) -
     return publisher, subscriber
 
 
-def _split_id(entry_id: str) -> tuple[int, bool]:
-    """(seq, is_end) of one of our stream entry ids."""
-    seq, sub = entry_id.split("-")
+def _split_id(entry_id: str | bytes) -> tuple[int, bool]:
+    """(seq, is_end) of one of our stream entry ids (from a decoding client or a raw one)."""
+    seq, sub = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")
     return int(seq), sub != "0"
+
+
+def _field(fields: dict[Any, Any], name: str) -> Any:
+    """A field of an entry read by a raw client (bytes keys) or a decoding one (str keys)."""
+    return fields[name.encode()] if name.encode() in fields else fields[name]
 
 
 async def _retrying(op: Callable[[], Awaitable[T]]) -> T:
@@ -179,13 +192,40 @@ class _RedisReader(Reader):
             seq, is_end = _split_id(entry_id)
             if is_end:
                 return Batch(events, True, seq)
-            events.append(data_event(seq, fields["event"], fields["data"]))
+            event, data = _field(fields, "event"), _field(fields, "data")
+            events.append(data_event(
+                seq, event.decode() if isinstance(event, bytes) else event,
+                data.encode() if isinstance(data, str) else data,
+            ))
         return Batch(events, False)
+
+
+class _RedisWatch(ThreadWatch):
+    def __init__(self, client: Redis, key: str, last: str) -> None:
+        self._client = client
+        self._key = key
+        self._last = last
+
+    async def wait(self, timeout_s: float) -> bool:
+        block_ms = max(1, round(timeout_s * 1000))
+        try:
+            async with asyncio.timeout(timeout_s + READ_GRACE_S):
+                reply: Any = await self._client.xread({self._key: self._last}, count=1, block=block_ms)
+        except (*_TRANSIENT, TimeoutError) as exc:
+            log.debug("watching %s failed: %r", self._key, exc)
+            await asyncio.sleep(timeout_s)
+            return False
+        if not reply:
+            return False
+        self._last = reply[0][1][-1][0]
+        return True
 
 
 class RedisStreamBridge(StreamBridge):
     """Takes ownership of ``client`` (publishes, ``exists``, ``delete``) and ``subscriber``
-    (subscriptions; defaults to ``client``), both ``decode_responses=True``; ``close`` closes them."""
+    (subscriptions; defaults to ``client``); ``client`` with ``decode_responses=True``, ``subscriber``
+    either way (``open_clients`` makes it raw, so event data arrives as the bytes stored);
+    ``close`` closes them."""
 
     cross_process = True
     faults: ClassVar[tuple[type[BaseException], ...]] = (RedisError, OSError, BridgeFault)
@@ -200,23 +240,30 @@ class RedisStreamBridge(StreamBridge):
         ttl_s: float,
         heartbeat_s: float,
         max_subscribers: int | None = None,
+        end_grace_s: float | None = None,
     ) -> None:
         super().__init__(
-            retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers
+            retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers,
+            end_grace_s=end_grace_s,
         )
         self._client = client
         self._subscriber = subscriber or client
         self._prefix = prefix
         self._ttl_ms = max(1, round(ttl_s * 1000))
+        self._grace_ms = max(1, round(self.end_grace_s * 1000))
         self._script = client.register_script(_APPEND)
 
     def key(self, run_id: str) -> str:
         return f"{self._prefix}:stream:{run_id}"
 
-    async def _run_script(self, run_id: str, kind: str, floor: int, *args: str) -> int:
+    def _thread_key(self, thread_id: str) -> str:
+        return f"{self._prefix}:thread:{thread_id}"
+
+    async def _run_script(self, run_id: str, kind: str, floor: int, *args: str | bytes | int) -> int:
         try:
             seq = await self._script(
-                keys=[self.key(run_id)], args=[self.retention, self._ttl_ms, kind, floor, *args]
+                keys=[self.key(run_id)],
+                args=[self.retention, self._ttl_ms, kind, floor, *args],
             )
         except ResponseError as exc:
             if _CLOSED in str(exc):
@@ -224,12 +271,29 @@ class RedisStreamBridge(StreamBridge):
             raise
         return int(seq)
 
-    async def _append(self, run_id: str, event: str, payload: str, floor: int) -> StreamEvent:
+    async def _append(self, run_id: str, event: str, payload: bytes, floor: int) -> StreamEvent:
         seq = await self._run_script(run_id, "event", floor, event, payload)
         return data_event(seq, event, payload)
 
     async def _append_end(self, run_id: str, floor: int) -> None:
-        await self._run_script(run_id, "end", floor)
+        await self._run_script(run_id, "end", floor, self._grace_ms)
+
+    @asynccontextmanager
+    async def watch_thread(self, thread_id: str) -> AsyncIterator[ThreadWatch]:
+        key = self._thread_key(thread_id)
+        try:
+            top: Any = await _retrying(lambda: self._subscriber.xrevrange(key, count=1))
+        except _TRANSIENT as exc:  # from the start, then: at worst one needless wake-up
+            log.debug("reading %s failed: %r", key, exc)
+            top = None
+        yield _RedisWatch(self._subscriber, key, top[0][0] if top else "0-0")
+
+    async def _announce(self, thread_id: str) -> None:
+        key = self._thread_key(thread_id)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, {"run": "1"}, maxlen=1, approximate=False)
+            pipe.pexpire(key, self._ttl_ms)
+            await pipe.execute()
 
     @asynccontextmanager
     async def _reader(self, run_id: str) -> AsyncIterator[Reader]:

@@ -90,11 +90,14 @@ class AssistantPatch:
 @dataclass(frozen=True)
 class AssistantQuery:
     """Filters of search and count. ``metadata`` matches top-level keys exactly; ``name`` is a
-    case-insensitive substring."""
+    case-insensitive substring; ``visible_to`` is the gateway's ownership rule."""
 
     metadata: dict[str, Any] | None = None
     graph_id: str | None = None
     name: str | None = None
+    # Only assistants whose metadata ``owner`` is this, or that have no ``owner`` (shared ones:
+    # system assistants, those made without authentication). None: every assistant.
+    visible_to: str | None = None
     limit: int = 10
     offset: int = 0
     sort_by: str = "created_at"
@@ -106,6 +109,14 @@ class AssistantQuery:
             raise ValueError(f"sort_by must be one of {list(SORT_FIELDS)}, got {self.sort_by!r}")
         if self.sort_order not in ("asc", "desc"):
             raise ValueError(f"sort_order must be asc or desc, got {self.sort_order!r}")
+
+
+OWNER_KEY = "owner"
+
+
+def visible_to(assistant: Assistant, user: str | None) -> bool:
+    """``AssistantQuery.visible_to`` for one assistant."""
+    return user is None or assistant.metadata.get(OWNER_KEY, user) == user
 
 
 def check_metadata_filter(metadata: dict[str, Any] | None) -> None:

@@ -194,6 +194,14 @@ class RunStore(ABC):
     async def upsert_thread(self, thread_id: str, metadata: dict[str, Any] | None = None) -> ThreadRecord: ...
 
     @abstractmethod
+    async def create_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        """Insert a new thread with ``metadata``; None (and nothing changed) if the id exists.
+
+        Unlike ``upsert_thread`` it never merges into a thread someone else made: of concurrent
+        creators of one id exactly one gets the record, which is what makes a thread's ``owner``
+        metadata trustworthy."""
+
+    @abstractmethod
     async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
 
     @abstractmethod

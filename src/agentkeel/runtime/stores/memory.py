@@ -345,6 +345,15 @@ class MemoryRunStore(RunStore):
             thread.metadata = merged
             return _copy_thread(thread)
 
+    async def create_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        async with self._lock:
+            if thread_id in self._threads:
+                return None
+            stored = _json(metadata)  # before touching anything: it validates the JSON
+            thread = self._touch_thread(thread_id, utcnow())
+            thread.metadata = stored
+            return _copy_thread(thread)
+
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         async with self._lock:
             thread = self._threads.get(thread_id)

@@ -16,6 +16,7 @@ from agentkeel.runtime.stores.assistants import (
     AssistantStore,
     IfExists,
     check_metadata_filter,
+    visible_to,
 )
 
 
@@ -83,6 +84,7 @@ class MemoryAssistantStore(AssistantStore):
             if (query.graph_id is None or a.graph_id == query.graph_id)
             and name in a.name.lower()
             and _matches_metadata(a, query.metadata)
+            and visible_to(a, query.visible_to)
         ]
 
     async def search(self, query: AssistantQuery) -> tuple[list[Assistant], int]:

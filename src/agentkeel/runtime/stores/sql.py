@@ -456,6 +456,14 @@ class SqlRunStore(SqlBacked, RunStore):
 
         return await self._db.transaction(work)
 
+    async def create_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
+        now = utcnow()
+        statement = self._db.insert_ignoring(threads, "thread_id").values(
+            thread_id=thread_id, status="idle", metadata=metadata, created_at=now, updated_at=now
+        )
+        row = await self._db.transaction(lambda conn: _one(conn, statement.returning(threads)))
+        return _to_thread(row) if row is not None else None
+
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         found = await self._db.rows(_thread_query(thread_id))
         return _to_thread(found[0]) if found else None

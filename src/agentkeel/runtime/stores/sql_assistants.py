@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
@@ -33,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentkeel.runtime.records import utcnow
 from agentkeel.runtime.stores.assistants import (
+    OWNER_KEY,
     Assistant,
     AssistantExists,
     AssistantPatch,
@@ -107,7 +109,18 @@ class SqlAssistantStore(SqlBacked, AssistantStore):
             clauses.append(assistants.c.graph_id == query.graph_id)
         if query.name:
             clauses.append(func.lower(assistants.c.name).contains(query.name.lower(), autoescape=True))
+        if query.visible_to is not None:
+            clauses.append(self._visible_to(query.visible_to))
         return clauses
+
+    def _visible_to(self, user: str) -> ColumnElement[bool]:
+        """Owned by ``user``, or shared (no ``owner`` key at all)."""
+        column = assistants.c.metadata
+        if self._db.dialect == "postgresql":
+            key = literal(OWNER_KEY, String)
+            return or_(column.op("->")(key).is_(None), column.op("->>")(key) == user)
+        path = literal(f'$."{OWNER_KEY}"', String)
+        return or_(func.json_type(column, path).is_(None), func.json_extract(column, path) == user)
 
     async def create(self, assistant: Assistant, if_exists: IfExists = "raise") -> Assistant:
         async def work(conn: AsyncConnection) -> Assistant:
