@@ -107,17 +107,18 @@ def bench_config(
     directory: Path, steps: int, *, database: str = "sqlite", checkpoint_mode: CheckpointMode = "full"
 ) -> KeelConfig:
     """The embedded default (``database="sqlite"``: a SQLite file under ``directory``, memory
-    stream) or ``database="memory"`` (``memory://`` stores and checkpointer), on the bench script.
+    stream), ``database="memory"`` (``memory://`` stores and checkpointer) or any database URL
+    (``benchmarks/stores.py`` passes a PostgreSQL one), on the bench script.
 
     A second model, ``warmup``, plays a 2-step script: a runtime's first run pays one-off costs
     (SQLAlchemy statement compilation, first connections) that a long-lived runtime does not.
     """
-    if database not in ("sqlite", "memory"):
-        raise ValueError(f"database must be 'sqlite' or 'memory', got {database!r}")
+    if database not in ("sqlite", "memory") and "://" not in database:
+        raise ValueError(f"database must be 'sqlite', 'memory' or a URL, got {database!r}")
     limit = recursion_limit(max(steps, WARMUP_STEPS))
     return KeelConfig(
         data_dir=str(directory / "data"),
-        database=None if database == "sqlite" else "memory://",
+        database={"sqlite": None, "memory": "memory://"}.get(database, database),
         checkpoint_mode=checkpoint_mode,
         models=[
             ModelConfig(name=MODEL_NAME, use="scripted", script=str(write_script(directory, steps))),

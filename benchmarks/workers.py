@@ -60,7 +60,8 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-async def _database(admin: str, name: str, create: bool) -> str:
+async def scratch_database(admin: str, name: str, create: bool) -> str:
+    """Create (or drop) database ``name`` on ``admin``'s server; its URL."""
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
@@ -145,7 +146,7 @@ def start_lags(journal: list[Any], rows: dict[str, tuple[str, Any, Any, str]], r
 async def measure(workers: int, runs: int, threads: int, probes: int, pg_admin: str, redis: str) -> dict[str, Any]:
     name = f"keel_bench_{uuid.uuid4().hex[:10]}"
     prefix = f"keelbench:{uuid.uuid4().hex[:10]}"
-    pg_url = await _database(pg_admin, name, create=True)
+    pg_url = await scratch_database(pg_admin, name, create=True)
     try:
         with tempfile.TemporaryDirectory(prefix="keel-workers-bench-") as tmp:
             config = write_config(Path(tmp), pg_url, redis, prefix, lease_ttl_s=30)
@@ -163,7 +164,7 @@ async def measure(workers: int, runs: int, threads: int, probes: int, pg_admin: 
                 for proc in [*procs, *gateways]:
                     proc.stop()
     finally:
-        await _database(pg_admin, name, create=False)
+        await scratch_database(pg_admin, name, create=False)
         await delete_redis_keys(redis, prefix)
     created = min(rows[r][1] for r in run_ids)
     ended = max(rows[r][2] for r in run_ids)

@@ -76,6 +76,20 @@ def test_workers_runs_at_a_tiny_size(
         assert len(result["first_event_ms"]) == 2 and len(result["start_lag_ms"]) == 6
 
 
+@pytest.mark.postgres
+def test_stores_runs_at_a_tiny_size(pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(mode_module, "_frozen", None)
+    bench = _load("stores", monkeypatch)
+    results = bench.main(["--steps", "2", "--sequential", "1", "--concurrent", "2", "--short", "3", "--rounds", "1",
+                          "--pg-admin", pg_url])
+    out = capsys.readouterr().out
+    assert "postgres / sqlite per run" in out and "embedded (sqlite) / memory://" in out
+    assert set(results) == {"sqlite", "postgres", "memory"}
+    for result in results.values():
+        assert len(result.sequential) == 1 and len(result.concurrent) == 2 and result.short_wall_ms > 0
+        assert all(t.first_graph_ms <= t.run_ms for t in result.sequential + result.concurrent)
+
+
 def test_context_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(mode_module, "_frozen", None)
     runs = _load("context", monkeypatch).main(["--turns", "12", "--every", "4", "--trigger", "8", "--keep", "4"])

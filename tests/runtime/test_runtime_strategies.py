@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from itertools import pairwise
 
 import pytest
@@ -33,7 +34,7 @@ from runtime_support import (
 )
 
 from agentkeel.runtime.bridge import EventKind
-from agentkeel.runtime.records import ConflictError, MultitaskStrategy, RunStatus
+from agentkeel.runtime.records import ConflictError, MultitaskStrategy, RunRecord, RunStatus
 from agentkeel.runtime.runtime import Runtime
 
 pytestmark = backend_matrix(FULL_MATRIX)
@@ -185,3 +186,25 @@ async def test_interrupt_of_a_queued_run_finishes_it_without_running_it(keel: Ke
         humans = [text for kind, text in describe(await thread_messages(rt, thread)) if kind == "human"]
         assert humans == ["one", "three"]
         assert (await stream_events(rt, queued.run_id))[-1].kind is EventKind.end
+
+
+_ADMITTER = contextvars.ContextVar[str]("admitter")
+
+
+async def test_a_startable_run_is_started_by_its_admission_in_the_workers_context(keel: Keel) -> None:
+    seen: list[str] = []
+
+    async def hook(record: RunRecord) -> None:
+        seen.append(_ADMITTER.get("unset"))
+
+    async with keel.open(keel.config({"hold": [turn("Done.", delay_ms=300)]}), completion_hooks=[hook]) as rt:
+        _ADMITTER.set("the request handler")
+        free = await start(rt, new_thread_id("admitted"), "go")
+        # Claimed before create returned (the claim loop was never woken for it)...
+        assert rt.manager.active(free.run_id) is not None
+        assert (await stored(rt, free.run_id)).status == RunStatus.running
+        # ...while a run queued behind it waits for its turn.
+        queued = await start(rt, free.thread_id, "next", multitask_strategy=MultitaskStrategy.enqueue)
+        assert (await stored(rt, queued.run_id)).status == RunStatus.pending
+        await finished(rt, queued.run_id)
+    assert seen == ["unset", "unset"]  # neither run saw the admitting task's context variables

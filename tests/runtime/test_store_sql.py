@@ -1,4 +1,5 @@
-"""What only the SQL stores have: migrations, the database-enforced invariants, SQLite's locking."""
+"""What only the SQL stores have: migrations, the database-enforced invariants, SQLite's locking, and
+how they write (appends of many runs group-committed, SQLite lock waits off the event loop)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, event, inspect, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,10 +22,12 @@ from agentkeel.database import Database
 from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import MultitaskStrategy, RunRecord, new_run_id
 from agentkeel.runtime.stores import sql_engine
+from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.stores.memory import MemoryRunStore
 from agentkeel.runtime.stores.sql import SqlRunStore
 from agentkeel.runtime.stores.sql_engine import SqlDatabase
+from agentkeel.runtime.stores.sql_journal import SqlJournalStore
 from agentkeel.runtime.stores.sql_schema import metadata
 
 
@@ -204,3 +208,129 @@ async def test_open_stores_creates_the_sqlite_directory(tmp_path: Path) -> None:
         assert await run_store.list_threads() == []
     async with open_connections(Database.parse("memory://")) as connections:
         assert isinstance((await open_stores(connections)).runs, MemoryRunStore)
+
+
+def _event(run_id: str, seq: int, data: dict[str, Any] | None = None) -> JournalEvent:
+    return JournalEvent(run_id, f"thread-{run_id}", seq, "model.call", data if data is not None else {"n": seq})
+
+
+@pytest.fixture
+async def inserts(db: SqlDatabase) -> AsyncIterator[list[str]]:
+    """Every INSERT into the journal the database receives."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO JOURNAL"):
+            seen.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+
+
+@contextlib.asynccontextmanager
+async def _journal_locked(url: str, dialect: str) -> AsyncIterator[None]:
+    """Another connection holds the journal's write lock until the block ends."""
+    if dialect == "sqlite":
+        path = url.removeprefix("sqlite:///")
+        release, held = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            held.set()
+            release.wait()
+            conn.execute("ROLLBACK")
+            conn.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        await asyncio.to_thread(held.wait)
+        try:
+            yield
+        finally:
+            release.set()
+            await asyncio.to_thread(holder.join)
+        return
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("LOCK TABLE journal IN EXCLUSIVE MODE")
+        yield
+        await conn.rollback()
+
+
+async def _in_flight(journal: SqlJournalStore) -> None:
+    while journal._writing is None:  # the leader's write is waiting for the lock
+        await asyncio.sleep(0.005)
+
+
+async def test_appends_arriving_while_a_write_is_in_flight_are_one_write(
+    db: SqlDatabase, sql_url: str, inserts: list[str]
+) -> None:
+    journal = SqlJournalStore(db)
+    async with _journal_locked(sql_url, db.dialect):
+        leader = asyncio.create_task(journal.append([_event("leader", 1)]))
+        await _in_flight(journal)
+        joined = [asyncio.create_task(journal.append([_event(f"run-{i}", 1), _event(f"run-{i}", 2)])) for i in range(10)]
+        await asyncio.sleep(0)
+    await asyncio.gather(leader, *joined)
+    # The leader's one row (its statement retried while the lock was held, on SQLite), then the
+    # other ten runs' twenty rows in a single statement.
+    rows_per_insert = [statement.count("), (") + 1 for statement in inserts]
+    assert set(rows_per_insert) == {1, 20} and rows_per_insert.count(20) == 1, rows_per_insert
+    assert [e.seq for e in await journal.list("leader")] == [1]
+    for i in range(10):
+        assert [e.seq for e in await journal.list(f"run-{i}")] == [1, 2]
+
+
+async def test_a_failing_append_fails_only_its_own_caller(db: SqlDatabase, sql_url: str) -> None:
+    journal = SqlJournalStore(db)
+    unstorable = {"value": {1, 2}}  # a set: the JSON column refuses it
+    async with _journal_locked(sql_url, db.dialect):
+        leader = asyncio.create_task(journal.append([_event("leader", 1)]))
+        await _in_flight(journal)
+        group = asyncio.gather(
+            journal.append([_event("good-1", 1)]),
+            journal.append([_event("bad", 1, unstorable)]),
+            journal.append([_event("good-2", 1)]),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(0)
+    await leader
+    results = await group
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], Exception)
+    for run_id in ("leader", "good-1", "good-2"):
+        assert [e.seq for e in await journal.list(run_id)] == [1]
+    assert await journal.list("bad") == []
+
+
+async def test_a_cancelled_appender_does_not_cancel_the_others(db: SqlDatabase) -> None:
+    journal = SqlJournalStore(db)
+    first = asyncio.create_task(journal.append([_event("cancelled", 1)]))
+    second = asyncio.create_task(journal.append([_event("kept", 1)]))
+    await asyncio.sleep(0)
+    first.cancel()
+    await second
+    assert [e.seq for e in await journal.list("kept")] == [1]
+
+
+async def test_waiting_for_another_connections_sqlite_lock_does_not_hold_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "keel.db"
+    async with sql_database(f"sqlite:///{path}") as db:
+        await db.setup()
+        held = threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, 0.5, held))
+        holder.start()
+        try:
+            await asyncio.to_thread(held.wait)
+            ticks = 0
+            write = asyncio.create_task(SqlRunStore(db).upsert_thread("t"))
+            while not write.done():  # the loop keeps running other tasks while the write waits
+                ticks += 1
+                await asyncio.sleep(0.01)
+            assert (await write).thread_id == "t"
+            assert ticks > 1
+        finally:
+            await asyncio.to_thread(holder.join)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -66,6 +67,7 @@ class Claimer:
         self._on_started = on_started
         self._only = only
         self._wake = asyncio.Event()
+        self._context = contextvars.copy_context()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
         self.recovery = Recovery(
@@ -77,6 +79,9 @@ class Claimer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._claiming = True
+        # Runs execute in a copy of this context, never in that of whoever happened to launch them
+        # (an admission's request handler, with whatever its framework put in context variables).
+        self._context = contextvars.copy_context()
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="agentkeel-claim"),
             asyncio.create_task(self._keeper.run_forever(), name="agentkeel-leases"),
@@ -149,6 +154,33 @@ class Claimer:
         self._launch(record, sent)
         return True
 
+    async def claim_admitted(self, run_id: str) -> bool:
+        """Claim and launch ``run_id``, just admitted by this process, from the admission itself;
+        False (the run stays for the claim loop, which the caller wakes) when there is no capacity,
+        the run is not startable or taken, or the claim failed.
+
+        Why not leave it to the loop: under load the loop's task gets its turn only after every
+        other ready task has had one, so a new run's start would wait behind the steps of every
+        run already executing. The claim is the same ``claim_next`` (limited to this run), so it
+        keeps its thread's FIFO and exactly-one-owner guarantees.
+        """
+        if not self._claiming or len(self._runs) >= self._limits.worker_max_runs:
+            return False
+        if self._only is not None and run_id not in self._only:
+            return False
+        sent = time.monotonic()
+        try:
+            record = await self._deps.store.claim_next(self._deps.owner, self._keeper.expiry(), utcnow(), run_ids=[run_id])
+        except Exception as exc:  # the admission stands; the loop retries the claim
+            log.warning("claiming run %s at admission failed, leaving it to the claim loop: %r", run_id, exc)
+            return False
+        if record is None:
+            return False
+        if self._only is not None:
+            self._only.discard(run_id)
+        self._launch(record, sent)
+        return True
+
     # -- executing ---------------------------------------------------------------------------
     def _launch(self, record: RunRecord, sent: float, resumed_from: int | None = None) -> None:
         try:
@@ -161,7 +193,9 @@ class Claimer:
         self._runs[record.run_id] = active
         if record.control is not None:
             apply_control(active, record.control)  # stored before the claim: stop at once
-        active.task = asyncio.create_task(self._execute(active), name=f"agentkeel-run-{record.run_id}")
+        active.task = asyncio.create_task(
+            self._execute(active), name=f"agentkeel-run-{record.run_id}", context=self._context.copy()
+        )
         self._on_started()
 
     def _launch_resumed(self, record: RunRecord, lost_attempt: int) -> None:

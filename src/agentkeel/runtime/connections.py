@@ -18,18 +18,23 @@ opens, so ``database_pool.size`` bounds the connections a process holds.
   a server-side ``statement_timeout``, so a half-open connection or a stuck backend fails a call
   within a bound instead of hanging it (and shutdown with it); and each checkout is checked, so a
   connection that died while idle (a restarted server, ``pg_terminate_backend``, a NAT timeout) is
-  replaced rather than failing the next call. Migrations lift the statement timeout for themselves
+  replaced rather than failing the next call (for free when it was used within the last second,
+  with a round trip after longer idleness: ``_alive``). Migrations lift the statement timeout for themselves
   (an index build on a large table may legitimately take longer). URL query parameters win over
   these defaults.
-* **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size.
-  LangGraph's SQLite saver and store take a single connection rather than a pool, so each keeps its
-  own aiosqlite connection to the same file (``sqlite_connection``).
+* **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size, on
+  connections that run on the event loop's thread (``sqlite_inline.py``: a statement never waits
+  for a lock there, so it never blocks the loop). LangGraph's SQLite saver and store take a single
+  connection rather than a pool, so each keeps its own aiosqlite connection (with its thread) to
+  the same file (``sqlite_connection``).
 * **memory://** -- nothing to open.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from agentkeel.database import Database, DatabasePool
+from agentkeel.runtime.sqlite_inline import InlineConnection, connect_inline
 from agentkeel.runtime.stores.sql_engine import SqlDatabase
 
 APPLICATION_NAME = "agentkeel"  # what pg_stat_activity shows, unless the URL names another
@@ -52,6 +58,8 @@ KEEPALIVE_PROBES = 3
 # LangGraph's SQLite saver and store do not retry a busy database, so they wait longer than the stores.
 LANGGRAPH_SQLITE_BUSY_TIMEOUT_MS = 30_000
 POOL_CLOSE_TIMEOUT_S = 5.0
+# A connection idle in the pool longer than this is checked with a round trip before reuse.
+IDLE_CHECK_S = 1.0
 
 Pool = AsyncConnectionPool[Any]
 
@@ -62,6 +70,8 @@ class PooledConnection(AsyncConnection[TupleRow]):
     SQLAlchemy's psycopg dialect adds its notice logger whenever it connects, and with ``NullPool``
     every checkout is a connect: without this, one connection would collect a handler per checkout.
     """
+
+    returned_at: float | None = None  # time.monotonic() when last given back to the pool
 
     def add_notice_handler(self, callback: Any) -> None:
         with contextlib.suppress(ValueError):
@@ -90,16 +100,30 @@ def postgres_conninfo(url: str, pool: DatabasePool) -> str:
 
 
 async def _alive(conn: AsyncConnection[Any]) -> None:
-    """The pool's ``check``: one round trip before a connection is handed out (pooled connections
-    are in autocommit). Never prepared: under ``prepare_threshold=0`` psycopg would prepare the
-    empty query anew on every check and leave one server-side statement behind per checkout."""
-    await conn.execute("", prepare=False)
+    """The pool's ``check``, before a connection is handed out: one round trip (which raises on a
+    dead connection, so the pool replaces it) when it is needed.
+
+    An idle pooled connection has nothing to read; a terminated backend or a restarted server
+    leaves an error and EOF on its socket, so a readable socket (a zero-timeout ``select``, no
+    round trip) means "check it". So does more than ``IDLE_CHECK_S`` in the pool: a silently
+    dropped path (a NAT timeout) leaves nothing to read. A busy process reuses its connections
+    within milliseconds, so its store calls pay no extra round trip. The round trip is never
+    prepared: under ``prepare_threshold=0`` psycopg would prepare the empty query anew on every
+    check and leave one server-side statement behind per checkout.
+    """
+    returned = getattr(conn, "returned_at", None)
+    idle_long = returned is None or time.monotonic() - returned > IDLE_CHECK_S
+    if idle_long or conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
+        await conn.execute("", prepare=False)
 
 
 async def _autocommit(conn: AsyncConnection[Any]) -> None:
-    """The pool's ``reset``: a connection returned by the stores' engine goes back to autocommit."""
+    """The pool's ``reset``: a connection returned by the stores' engine goes back to autocommit,
+    and every returned connection notes when (``_alive`` reads it)."""
     if not conn.autocommit:
         await conn.set_autocommit(True)
+    if isinstance(conn, PooledConnection):
+        conn.returned_at = time.monotonic()
 
 
 @dataclass
@@ -182,9 +206,15 @@ def _postgres_engine(pool: Pool, settings: DatabasePool) -> AsyncEngine:
 
 
 def _sqlite_engine(path: Path, settings: DatabasePool) -> AsyncEngine:
-    path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def connect() -> InlineConnection:
+        return await connect_inline(path)
+
     return create_async_engine(
         URL.create("sqlite+aiosqlite", database=str(path)),
+        async_creator=connect,
         pool_size=settings.size,
         max_overflow=0,
         pool_timeout=settings.acquire_timeout_s,

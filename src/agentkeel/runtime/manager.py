@@ -156,7 +156,11 @@ class RunManager:
                         refused_code="interrupted_by_new_run",
                     ),
                 )
-        await self._wake_workers()
+        # Started here and now when it can start at all, so its start does not wait for the claim
+        # loop's next turn behind every other run's work; anything else goes to the workers.
+        startable = not result.active_before and record.not_before is None
+        if not (startable and self.claimer is not None and await self.claimer.claim_admitted(record.run_id)):
+            await self._wake_workers()
         await self._deps.bridge.announce(record.thread_id)  # wakes the thread's join streams
         return result.record
 

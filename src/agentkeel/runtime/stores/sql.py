@@ -459,7 +459,7 @@ class SqlRunStore(SqlBacked, RunStore):
         statement = self._db.insert_ignoring(threads, "thread_id").values(
             thread_id=thread_id, status="idle", metadata=metadata, created_at=now, updated_at=now
         )
-        row = await self._db.transaction(lambda conn: _one(conn, statement.returning(threads)))
+        row = await self._db.transaction(lambda conn: _one(conn, statement.returning(threads)), single=True)
         return _to_thread(row) if row is not None else None
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -7,7 +7,11 @@ admission across processes, and that is decided here once:
   lock up front. A deferred ``BEGIN`` would read first and upgrade later, and two processes that
   both read "no active run" would both insert (or one would die with ``SQLITE_BUSY`` on the
   upgrade, which ``busy_timeout`` does not retry). Read-only transactions keep a plain ``BEGIN`` --
-  in WAL mode they never block a writer and never need the upgrade.
+  in WAL mode they never block a writer and never need the upgrade. The connections run on the
+  event loop's thread (``runtime/sqlite_inline.py``) with ``busy_timeout = 0``: a lock held by
+  another connection fails the statement at once, and ``transaction`` waits for it here, with
+  ``asyncio.sleep``, for as long as SQLite's own busy handler would have (``SQLITE_BUSY_TIMEOUT_MS``),
+  then retries with a backoff as before.
 * PostgreSQL: the stores lock the thread row (``SELECT ... FOR UPDATE``) inside the transaction.
 """
 
@@ -17,6 +21,7 @@ import asyncio
 import logging
 import random
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
@@ -37,8 +42,10 @@ T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 READ_ONLY = "agentkeel_read_only"  # execution option: open the transaction with a plain BEGIN
+SINGLE = "agentkeel_single_statement"  # execution option (SQLite): one statement, no BEGIN
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-BUSY_RETRIES = 5  # after busy_timeout already waited; attempts beyond the first
+BUSY_POLL_S = (0.001, 0.025)  # waiting out another connection's lock: first poll, cap (doubling)
+BUSY_RETRIES = 5  # after SQLITE_BUSY_TIMEOUT_MS of polling; attempts beyond the first
 BUSY_BACKOFF_S = (0.05, 1.0)  # initial, cap; doubles per attempt, with jitter
 # An arbitrary constant key for pg_advisory_xact_lock: "run migrations one process at a time".
 PG_MIGRATION_LOCK = 0x6B65656C  # "keel"
@@ -76,17 +83,21 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
         cursor = dbapi_connection.cursor()
-        # busy_timeout first: switching to WAL needs a lock another process may hold.
+        # busy_timeout first: switching to WAL needs a lock another process may hold (a new
+        # connection is rare; that one wait may block). Then 0: ``transaction`` waits for locks.
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA busy_timeout = 0")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        read_only = conn.get_execution_options().get(READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get(SINGLE, False):
+            return  # one statement: SQLite's own implicit transaction is the transaction
+        conn.exec_driver_sql("BEGIN" if options.get(READ_ONLY, False) else "BEGIN IMMEDIATE")
 
 
 def _upgrade(connection: Connection, config: Config) -> None:
@@ -111,44 +122,66 @@ class SqlDatabase:
         self._migrated = False
 
     async def transaction(
-        self, work: Callable[[AsyncConnection], Awaitable[T]], *, read_only: bool = False
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, read_only: bool = False,
+        single: bool = False,
     ) -> T:
         """Run ``work`` in one transaction, retrying it whole while SQLite reports busy.
 
-        A busy error rolls the transaction back, so running ``work`` again is safe.
+        ``single``: ``work`` executes exactly one statement, which is atomic on its own, so no
+        ``BEGIN``/``COMMIT`` is sent around it: on PostgreSQL one round trip instead of three.
+
+        A busy error rolls the transaction back, so running ``work`` again is safe. For the first
+        ``SQLITE_BUSY_TIMEOUT_MS`` the retries poll quickly and quietly (what SQLite's busy handler
+        does, without holding the loop); then ``BUSY_RETRIES`` more with a backoff, each logged.
         """
         delay, cap = BUSY_BACKOFF_S
         attempt = 0
+        poll = BUSY_POLL_S[0]
+        waiting_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         while True:
             try:
                 async with self._serialised(read_only), self.engine.connect() as conn:
-                    if read_only:
-                        await conn.execution_options(**{READ_ONLY: True})
+                    options = self._options(read_only, single)
+                    if options:
+                        await conn.execution_options(**options)
                     async with conn.begin():
                         return await work(conn)
             except DBAPIError as exc:
-                if attempt == BUSY_RETRIES or not _is_busy(exc):
+                if not _is_busy(exc):
+                    raise
+                left = waiting_until - time.monotonic()
+                if left > 0:
+                    await asyncio.sleep(min(poll, left))
+                    poll = min(poll * 2, BUSY_POLL_S[1])
+                    continue
+                if attempt == BUSY_RETRIES:
                     raise
                 attempt += 1
                 log.warning("database busy (attempt %d), retrying: %s", attempt, exc.orig)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, cap)
 
+    def _options(self, read_only: bool, single: bool) -> dict[str, Any]:
+        if single:
+            return {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {SINGLE: True}
+        return {READ_ONLY: True} if read_only else {}
+
     async def rows(self, query: Executable) -> list[RowMapping]:
-        """All rows of one read, in a read-only transaction."""
+        """All rows of one read (one statement: it sees one snapshot on its own)."""
 
         async def work(conn: AsyncConnection) -> list[RowMapping]:
             return list((await conn.execute(query)).mappings())
 
-        return await self.transaction(work, read_only=True)
+        return await self.transaction(work, read_only=True, single=True)
 
     async def write(self, statement: Executable, rows: list[dict[str, Any]] | None = None) -> int:
-        """One write statement (executed for each of ``rows`` if given); the rows it matched."""
+        """One write statement (executed for each of ``rows`` if given, all in one transaction);
+        the rows it matched."""
 
         async def work(conn: AsyncConnection) -> int:
             return (await conn.execute(statement, rows)).rowcount
 
-        return await self.transaction(work)
+        return await self.transaction(work, single=not rows)
 
     def _serialised(self, read_only: bool) -> AbstractAsyncContextManager[object]:
         return self._writer if self._writer is not None and not read_only else nullcontext()

@@ -7,16 +7,21 @@ the same transaction as the rows they belong to.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentkeel.runtime.records import utcnow
 from agentkeel.runtime.stores.base import JournalEvent, JournalStore
-from agentkeel.runtime.stores.sql_engine import SqlBacked
+from agentkeel.runtime.stores.sql_engine import SqlBacked, SqlDatabase
 from agentkeel.runtime.stores.sql_schema import journal
+
+# Most events in one INSERT: 7 parameters each, well inside SQLite's 32766 and PostgreSQL's 65535.
+MAX_ROWS = 500
 
 
 def _to_event(row: RowMapping) -> JournalEvent:
@@ -40,13 +45,75 @@ def event_row(e: JournalEvent, now: datetime) -> dict[str, Any]:
 
 
 class SqlJournalStore(SqlBacked, JournalStore):
+    """Appends are group-committed: an append that finds no write in flight writes at once (on
+    SQLite without a single suspension); what the runs of this process append while a write is in
+    flight is written right after it, all together, one statement (up to ``MAX_ROWS`` events) in
+    one transaction -- so runs journaling at once cost one commit and one round trip, not one each.
+    Each caller still returns only once its own events are stored, and gets the error if they were
+    not: a group write that fails is retried per caller, so one caller's failure is never another's."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        super().__init__(db)
+        self._pending: list[tuple[list[JournalEvent], asyncio.Future[None]]] = []
+        self._writing: asyncio.AbstractEventLoop | None = None  # the loop a write is in flight on
+
     async def append(self, events: list[JournalEvent]) -> None:
-        """Insert the batch in one transaction; a ``(run_id, seq)`` already stored is skipped."""
+        """Store the batch; a ``(run_id, seq)`` already stored is skipped."""
         if not events:
             return
+        loop = asyncio.get_running_loop()
+        if self._writing is loop:  # join the group written after the write in flight
+            done = loop.create_future()
+            done.add_done_callback(_retrieve)  # a cancelled caller leaves no "never retrieved" warning
+            self._pending.append((list(events), done))
+            # Shielded: a caller cancelled while waiting must not cancel the others' write.
+            await asyncio.shield(done)
+            return
+        self._writing = loop
+        try:
+            await self._insert(events)
+        finally:
+            if self._pending:
+                loop.create_task(self._write_pending())  # it clears ``_writing`` when done
+            else:
+                self._writing = None
+
+    async def _write_pending(self) -> None:
+        try:
+            while self._pending:
+                group, self._pending = self._pending, []
+                try:
+                    await self._insert([e for events, _ in group for e in events])
+                except Exception as exc:
+                    if len(group) == 1:
+                        _settle(group[0][1], exc)
+                        continue
+                    for events, done in group:
+                        try:
+                            await self._insert(events)
+                        except Exception as alone:
+                            _settle(done, alone)
+                        else:
+                            _settle(done, None)
+                else:
+                    for _, done in group:
+                        _settle(done, None)
+        finally:
+            self._writing = None
+
+    async def _insert(self, events: list[JournalEvent]) -> None:
         now = utcnow()
         rows = [event_row(e, now) for e in events]
-        await self._db.write(self._db.insert_ignoring(journal, "run_id", "seq"), rows)
+        statement = self._db.insert_ignoring(journal, "run_id", "seq")
+        if len(rows) <= MAX_ROWS:
+            await self._db.write(statement.values(rows))  # one statement: atomic without BEGIN
+            return
+
+        async def work(conn: AsyncConnection) -> None:
+            for start in range(0, len(rows), MAX_ROWS):
+                await conn.execute(statement.values(rows[start : start + MAX_ROWS]))
+
+        await self._db.transaction(work)
 
     async def list(
         self,
@@ -63,3 +130,17 @@ class SqlJournalStore(SqlBacked, JournalStore):
 
     async def delete_run(self, run_id: str) -> None:
         await self._db.write(delete(journal).where(journal.c.run_id == run_id))
+
+
+def _settle(done: asyncio.Future[None], error: Exception | None) -> None:
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
+
+
+def _retrieve(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()
