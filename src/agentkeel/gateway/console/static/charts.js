@@ -93,8 +93,10 @@ export function contextChart(calls, callers) {
   return root;
 }
 
-// The step waterfall: one row per step, indented under its parent (a subagent under the task
-// call that started it, a subagent's calls under the subagent), a bar from start to end.
+// The step waterfall: one row per item of the aligned timeline, indented under its parent (a
+// subagent under the task call that started it, its calls under it, a file change under its tool
+// call), a bar from start to end. A journal row is labelled with its seq; a checkpoint or stream
+// row with the seq it follows. A row a divergence names is marked.
 export function waterfall(steps, totalMs, callers) {
   const byParent = new Map();
   for (const step of steps) {
@@ -106,8 +108,13 @@ export function waterfall(steps, totalMs, callers) {
   const scale = Math.max(totalMs, 1);
   const visit = (parent, depth) => {
     for (const step of byParent.get(parent) || []) {
-      const row = el("div", { class: `step step-${step.kind} status-${step.status}`, "data-kind": step.kind, "data-seq": step.seq, "data-depth": depth });
-      const label = el("div", { class: "label", title: `journal seq ${step.seq}`, text: `#${step.seq} ${step.label}` });
+      const flags = step.divergences || [];
+      const row = el("div", { class: `step step-${step.kind} status-${step.status}${flags.length ? " diverged" : ""}`, "data-kind": step.kind,
+        "data-source": step.source, "data-seq": step.seq, "data-depth": depth, "data-divergences": flags.length ? flags.join(" ") : null });
+      const at = step.source === "journal" ? `#${step.seq}` : `after #${step.seq}`;
+      const where = `journal seq ${step.seq}, attempt ${step.attempt ?? "?"}, step ${step.step ?? "?"}`;
+      const label = el("div", { class: "label", title: flags.length ? `${where}; divergence: ${flags.join(", ")}` : where,
+        text: `${flags.length ? "⚠ " : ""}${at} ${step.label}` });
       label.style.paddingLeft = `${depth * 18 + 4}px`;
       const track = el("div", { class: "track" });
       const bar = el("div", { class: "bar" });

@@ -187,15 +187,34 @@ function runBody(doc) {
     el("li", { "data-code": reason.code },
       el("strong", { text: reason.code }), ` from ${reason.source || "?"} at seq ${reason.seq ?? "?"}`,
       reason.detail ? el("span", { class: "detail", text: `: ${reason.detail}` }) : null)));
+  const stream = doc.stream.state === "gone" ? "stream gone (a live view with bounded retention; the journal and checkpoints are the record)"
+    : `stream ${doc.stream.state} (${doc.stream.events} events)`;
   return [
     section("Stop reasons", "stop-reasons", doc.run.stop_reasons?.length ? reasons : el("p", { text: "none: the run stopped on its own" })),
-    section("Timeline", "timeline", el("p", { class: "hint", text: `${doc.steps.length} steps over ${(total / 1000).toFixed(2)} s; journal up to seq ${doc.last_seq}` }), waterfall(doc.steps, total, callers)),
+    section("Divergences", "divergences", divergences(doc.divergences)),
+    section("Attempts", "attempts", attempts(doc.attempts)),
+    section("Timeline", "timeline", el("p", { class: "hint", text: `${doc.steps.length} rows over ${(total / 1000).toFixed(2)} s; journal up to seq ${doc.last_seq}, ${doc.checkpoints} checkpoints, ${stream}` }), waterfall(doc.steps, total, callers)),
     section("Token spend by caller", "spend", el("div", { "data-testid": "spend-chart" }, calls ? spendChart(doc.model_calls, spenders) : none)),
     section("Context size per model call", "context", el("div", { "data-testid": "context-chart" }, calls ? contextChart(doc.model_calls, callers) : none.cloneNode(true))),
     section("Files changed", "changes", ...(doc.changes.length ? doc.changes.map(fileChange) : [el("p", { text: "no file changed" })])),
     section("Subagents", "subagents", subagents(doc.subagents)),
     section("Chain manifest", "manifest", el("pre", { text: doc.manifest ? JSON.stringify(doc.manifest, null, 2) : "not journaled" })),
   ];
+}
+
+// Where journal, checkpoints and stream disagree, or have holes (runtime/divergence.py): a flag
+// means a lost write, a bug or an edited store, never a normal run.
+function divergences(flags) {
+  if (!flags.length) return el("p", { class: "agree", "data-testid": "no-divergence", text: "none: journal, checkpoints and stream agree" });
+  return el("ul", { class: "warnings" }, ...flags.map((flag) => el("li", { "data-code": flag.code },
+    el("strong", { text: `⚠ ${flag.code}` }), flag.journal_seq === null ? "" : ` at seq ${flag.journal_seq}`,
+    el("span", { class: "detail", text: `: ${flag.detail}` }))));
+}
+
+function attempts(list) {
+  if (!list.length) return el("p", { class: "hint", text: "no attempt journaled yet" });
+  return el("ol", { class: "attempts" }, ...list.map((a) => el("li", { "data-attempt": a.attempt },
+    `attempt ${a.attempt}: ${a.began || "?"}${a.owner ? ` by ${a.owner}` : ""}${a.lost_owner ? ` (${a.lost_owner} lost)` : ""} → ${a.ended || "no end yet"}, seq ${a.first_seq}–${a.last_seq}`)));
 }
 
 function diffBlock(text) {
