@@ -1,7 +1,8 @@
 """The web console in headless Chromium against a real ``keel serve`` with API keys on.
 
-A live run is watched to its END: stop reasons, the waterfall with its subagent nested, the charts,
-the file diffs by step and the chain manifest, all checked against the API. A running run is
+A live run is watched to its END: stop reasons, the waterfall with its subagent nested and the
+run's checkpoints and attempt on it, no divergence, the charts, the file diffs by step and the
+chain manifest, all checked against the API. A running run is
 interrupted with the page's button; another is rolled back once the page has asked. A page without
 a key says so, then works with one. No JavaScript error may occur, and every page leaves a
 screenshot in the artefact directory (printed)."""
@@ -118,6 +119,12 @@ def test_a_live_run_is_watched_to_its_end(browser: Any, console_server: KeelServ
             "rows => rows.map(r => [r.dataset.kind, r.textContent.includes('general-purpose') || r.dataset.depth === '2', r.dataset.depth])")
         assert any(kind == "model" and depth == "2" for kind, _child, depth in depths)
         assert page.locator("[data-testid=waterfall] .step[data-kind=stop_reason]").count() == 1
+        # The aligned timeline: the run's checkpoints and attempt on the same axis, and no divergence.
+        aligned = _api(console_server, f"{base}/timeline")
+        checkpoints = page.locator("[data-testid=waterfall] .step[data-kind=checkpoint]")
+        assert checkpoints.count() == len([i for i in aligned["items"] if i["source"] == "checkpoint"]) > 0
+        assert page.locator("[data-testid=attempts] li[data-attempt]").count() == 1
+        assert page.get_by_test_id("no-divergence").is_visible() and aligned["divergences"] == []
         callers = page.locator("[data-testid=spend-chart] path[data-caller]").evaluate_all("ps => ps.map(p => p.dataset.caller)")
         assert set(callers) >= {"lead", "subagent:general-purpose"}
         journal = _api(console_server, f"{base}/journal?kind=model.call")

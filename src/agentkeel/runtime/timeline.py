@@ -21,7 +21,7 @@ render the same ``Timeline.to_dict()``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,22 +198,40 @@ def attempts_of(events: Iterable[JournalEvent]) -> list[dict[str, Any]]:
 # -- reading the three surfaces ---------------------------------------------------------------
 
 
-async def checkpoint_items(checkpointer: Any, record: RunRecord) -> list[Item]:
-    """The checkpoints of the run's thread that this run wrote, oldest first."""
-    items: list[Item] = []
-    async for tup in checkpointer.alist(checkpoint_config(record.thread_id)):
-        metadata = dict(tup.metadata or {})
-        stamp = metadata.get(COORDINATE_KEY) or {}
-        if (stamp.get("run_id") or metadata.get("run_id")) != record.run_id:
-            continue
-        configurable = tup.config["configurable"]
-        items.append(Item(
-            CHECKPOINT, "checkpoint", stamp.get("attempt"), metadata.get("step"), int(stamp.get("journal_seq") or 0),
-            data={"checkpoint_id": configurable.get("checkpoint_id"), "source": metadata.get("source"),
-                  "namespace": configurable.get("checkpoint_ns") or "", "stamped": bool(stamp)},
-            ident=configurable.get("checkpoint_id"),
-        ))
+async def checkpoint_items(checkpointer: Any, record: RunRecord, known: Sequence[Item] = ()) -> list[Item]:
+    """The checkpoints of the run's thread that this run wrote, oldest first.
+
+    ``known``: this run's items from an earlier call (a page reloading a live run). A checkpoint
+    never changes once written and a thread's ids grow with time, so the listing (newest first,
+    each checkpoint deserialized whole) stops at the first known id instead of reading the whole
+    thread again; the known items are kept only while the newest of them is still stored.
+    """
+    known_ids = {str(i.ident) for i in known}
+    if known_ids and await checkpointer.aget_tuple(checkpoint_config(record.thread_id, max(known_ids))) is None:
+        known, known_ids = (), set()  # the thread was pruned or rolled back since: read it all
+    items: list[Item] = list(known)
+    async with contextlib.aclosing(checkpointer.alist(checkpoint_config(record.thread_id))) as tuples:
+        async for tup in tuples:
+            if str(tup.config["configurable"].get("checkpoint_id")) in known_ids:
+                break
+            if (item := _checkpoint_item(tup, record.run_id)) is not None:
+                items.append(item)
     return sorted(items, key=lambda i: (i.step if i.step is not None else -10, i.journal_seq))
+
+
+def _checkpoint_item(tup: Any, run_id: str) -> Item | None:
+    """The timeline item of one checkpoint tuple, if ``run_id`` wrote it."""
+    metadata = dict(tup.metadata or {})
+    stamp = metadata.get(COORDINATE_KEY) or {}
+    if (stamp.get("run_id") or metadata.get("run_id")) != run_id:
+        return None
+    configurable = tup.config["configurable"]
+    return Item(
+        CHECKPOINT, "checkpoint", stamp.get("attempt"), metadata.get("step"), int(stamp.get("journal_seq") or 0),
+        data={"checkpoint_id": configurable.get("checkpoint_id"), "source": metadata.get("source"),
+              "namespace": configurable.get("checkpoint_ns") or "", "stamped": bool(stamp)},
+        ident=configurable.get("checkpoint_id"),
+    )
 
 
 async def stream_items(bridge: StreamBridge, run_id: str) -> tuple[list[Item], str, list[dict[str, Any]]]:
@@ -241,15 +259,16 @@ async def stream_items(bridge: StreamBridge, run_id: str) -> tuple[list[Item], s
     return items, state, gaps
 
 
-async def load_timeline(runtime: Any, run_id: str) -> Timeline | None:
-    """The aligned, checked timeline of ``run_id`` from a runtime's stores, or None if unknown."""
+async def load_timeline(runtime: Any, run_id: str, known_checkpoints: Sequence[Item] = ()) -> Timeline | None:
+    """The aligned, checked timeline of ``run_id`` from a runtime's stores, or None if unknown
+    (``known_checkpoints``: the run's checkpoint items from an earlier call, see ``checkpoint_items``)."""
     from agentkeel.runtime.divergence import check
 
     record = await runtime.store.get(run_id)
     if record is None:
         return None
     events = await runtime.journal.list(run_id)
-    checkpoints = await checkpoint_items(runtime.checkpointer, record)
+    checkpoints = await checkpoint_items(runtime.checkpointer, record, known_checkpoints)
     stream, state, gaps = await stream_items(runtime.bridge, run_id)
     messages: list[BaseMessage] = []
     roots = [c for c in checkpoints if not c.data["namespace"]]

@@ -11,6 +11,7 @@ the thread continues, which a later run may have moved on) and the run resource.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -24,17 +25,29 @@ from agentkeel.runtime.children import children_of
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.runtime import Runtime
 from agentkeel.runtime.stores.base import JournalEvent
-from agentkeel.runtime.timeline import attempts_of, load_timeline
+from agentkeel.runtime.timeline import Item, attempts_of, load_timeline
 from agentkeel.sandbox.workspace import Workspace
 
 MAX_FINAL_BYTES = 256 * 1024  # the most of a file's final text read back from the workspace for a diff
+CACHED_RUNS = 64  # runs whose checkpoint items are kept between reloads (a few hundred small items each)
+
+# Reading a run's checkpoints deserializes each one whole (in full checkpoint mode every one holds
+# all the messages so far), which grows with the square of the run's length; a live page reloads
+# every 0.4 s. Checkpoints are immutable, so the items already read are reused and only newer
+# checkpoints are read (``checkpoint_items(known=...)``). Keyed by the checkpointer too: one
+# process may serve several runtimes (the tests do).
+_checkpoints: OrderedDict[tuple[int, str], list[Item]] = OrderedDict()
 
 
 async def run_timeline(runtime: Runtime, record: RunRecord, run: dict[str, Any]) -> dict[str, Any]:
     """The run page's document for ``record`` (``run`` is its Run resource, subagents included)."""
-    aligned = await load_timeline(runtime, record.run_id)
+    key = (id(runtime.checkpointer), record.run_id)
+    aligned = await load_timeline(runtime, record.run_id, _checkpoints.pop(key, []))
     if aligned is None:  # deleted (rolled back) between the access check and this read
         raise NotFound(f"Run {record.run_id} not found")
+    _checkpoints[key] = aligned.checkpoints
+    while len(_checkpoints) > CACHED_RUNS:
+        _checkpoints.popitem(last=False)
     events = aligned.events
     origin = record.started_at or (events[0].ts if events and events[0].ts else record.created_at)
     changes = [{**e.data, "seq": e.seq} for e in events if e.kind == "file.changed"]
