@@ -105,7 +105,7 @@ def test_console_reads_at_five_turns(monkeypatch: pytest.MonkeyPatch, capsys: py
     bench = _load("console", monkeypatch)
     rows = bench.main(["--turns", "5", "--runs", "2", "--repeat", "1"])
     out = capsys.readouterr().out
-    assert [row.read for row in rows] == ["timeline of the long run", "runs list (limit 50 of 3)", "/metrics"]
+    assert [row.read for row in rows] == ["timeline, first read", "timeline, later reads", "runs list (limit 50 of 3)", "/metrics"]
     assert "file steps: 3, verified steps: 3" in out  # the write and two replayed edits, each hash-checked
 
 

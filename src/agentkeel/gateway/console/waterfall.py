@@ -54,6 +54,8 @@ def is_compaction(caller: str | None) -> bool:
 
 
 class _Placer:
+    """Turns aligned items into rows: their moments (by journal seq), subagent ends, divergence marks."""
+
     def __init__(self, timeline: Timeline, origin: datetime) -> None:
         self.origin = origin
         self.moments = {e.seq: e.ts for e in timeline.events}
