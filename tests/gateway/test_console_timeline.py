@@ -2,8 +2,8 @@
 from the aligned timeline (``runtime/timeline.py``): a run with a subagent shows it nested under
 the lead's task call with its own calls under it, file changes under the tool calls that made
 them, the run's checkpoints and attempts on the same axis; a journal corrupted after the run
-shows the divergence flags, in the list and on the rows they name; a reload reads only the
-checkpoints it has not read yet."""
+shows the divergence flags, in the list and on the rows they name (a stream event after END on
+its stream row); a reload reads only the checkpoints it has not read yet."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from server_support import LEAD_NOTE
 
 from agentkeel.config import load_config
 from agentkeel.gateway.app import create_app
+from agentkeel.gateway.console.waterfall import waterfall
+from agentkeel.runtime.divergence import check
 from agentkeel.runtime.runtime import Runtime, open_runtime
 from agentkeel.runtime.stores.base import JournalEvent
-from agentkeel.runtime.timeline import checkpoint_items
+from agentkeel.runtime.timeline import Item, align, checkpoint_items, load_timeline
 
 
 @contextlib.asynccontextmanager
@@ -118,3 +120,17 @@ async def test_a_reload_reads_only_checkpoints_newer_than_those_it_knows(tmp_pat
         # The page's document is the same on a reload (which reuses the items it read).
         first, second = await page_doc(http, thread, run), await page_doc(http, thread, run)
         assert first["steps"] == second["steps"] and first["checkpoints"] == len(ids)
+
+
+async def test_a_stream_event_after_end_is_marked_on_its_stream_row(tmp_path: Path) -> None:
+    async with console_gateway(tmp_path) as (runtime, http):
+        _thread, run = await finished_run(http, input={"messages": [{"role": "user", "content": "write a note"}]})
+        timeline = await load_timeline(runtime, run)
+    assert timeline is not None and timeline.record.started_at is not None
+    end = next(e for e in timeline.events if e.kind == "run.end")
+    timeline.stream.append(Item("stream", "values", 1, None, end.seq, data={"stamped": True}, ident=99))
+    timeline.items = align(timeline.events, timeline.checkpoints, timeline.stream)
+    timeline.divergences = check(timeline)
+    rows = waterfall(timeline, timeline.record.started_at)
+    assert [(row["kind"], row["label"], row["divergences"]) for row in rows if row["divergences"]] == [
+        ("stream", "stream #99: values", ["stream_after_end"])]  # not the run.end record at the same seq
