@@ -4,7 +4,8 @@ recording does not hold fails the run loudly (``runtime/tool_replay.py``).
 The tools have an effect outside the workspace — a ``bash`` command (unsandboxed) appending a line
 to a counter file beside the data directory — so "not executed" is a fact the test can read. The
 lead and a subagent both run one; the re-run's journal (files aside) and final state must equal the
-recording's, and the counter must not move.
+recording's, and the counter must not move. A ``write_file`` (an effect inside the workspace) runs
+in the re-run's own workspace, so its files match too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from agentkeel.runtime.replay import (
     offline_config,
     recorded_tools,
     rerun,
-    without_files,
 )
 from agentkeel.runtime.script_export import export_script
 from agentkeel.runtime.tool_replay import RecordedTools
@@ -42,6 +42,7 @@ def counting_config(keel: Keel, counter: Path) -> KeelConfig:
     script: dict[str, Any] = {
         "lead": [
             turn("Counting.", lead),
+            turn("Noting.", call("write_file", path="/workspace/outputs/note.md", content="counted\n")),
             turn("Delegating.", call("task", description="Count", prompt="Count once", subagent_type=GP)),
             turn("Counted twice."),
         ],
@@ -64,14 +65,13 @@ async def record(keel: Keel, config: KeelConfig, tmp_path: Path) -> tuple[RunRec
 async def replay(keel: Keel, config: KeelConfig, original: RunRecord,
                  script: Path) -> tuple[RunRecord, RecordedTools, list[str]]:
     """Re-run ``original`` from ``script`` with its tools answered from the recording; the
-    differences of journal (files aside) and final state."""
+    differences of journal and final state."""
     async with keel.open(offline_config(config, script)) as rt:
         tools = await recorded_tools(rt, original)
-        expected = without_files(journal_signature(await journal(rt, original.run_id), original),
-                                 await final_state(rt, original))
+        expected = journal_signature(await journal(rt, original.run_id), original), await final_state(rt, original)
         replayed = await rerun(rt, original, tools=tools)
-        actual = without_files(journal_signature(await journal(rt, replayed.run_id), replayed, original),
-                               await final_state(rt, replayed, original))
+        actual = (journal_signature(await journal(rt, replayed.run_id), replayed, original),
+                  await final_state(rt, replayed, original))
     return replayed, tools, compare(expected[0], actual[0]) + compare(expected[1], actual[1])
 
 
@@ -84,8 +84,9 @@ async def test_a_rerun_answers_every_tool_call_from_the_recording(keel: Keel, tm
     replayed, tools, differences = await replay(keel, config, original, script)
     assert replayed.status == RunStatus.success, replayed.error
     assert counter.read_text() == "lead\nchild\n"  # neither bash call ran again
-    assert differences == []
-    assert tools.misses == [] and tools.live == []
+    assert differences == []  # files included: the write_file ran in the re-run's workspace
+    (live,) = tools.live
+    assert tools.misses == [] and "write_file" in live and "same result digest" in live
     assert [line.split(" #")[0] for line in tools.answered] == ["lead", next(iter(set(tools.calls) - {"lead"}))]
     async with keel.open(config) as rt:  # the lead's recorded count (1, not a live 3) reached the model
         messages = await thread_messages(rt, replayed.thread_id)
@@ -134,6 +135,6 @@ async def test_a_result_over_the_cap_runs_live_and_is_checked_by_digest(
     replayed, tools, differences = await replay(keel, config, original, script)
     assert replayed.status == RunStatus.success, replayed.error
     assert counter.read_text() == "lead\nchild\nchild\n"  # the child's call ran again, the lead's did not
-    (live,) = tools.live
-    assert "over the journal's text cap" in live and "same result digest" in live
+    (write, live) = tools.live
+    assert "write_file" in write and "over the journal's text cap" in live and "same result digest" in live
     assert len(tools.answered) == 1 and differences == []

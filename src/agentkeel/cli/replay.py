@@ -36,7 +36,6 @@ from agentkeel.runtime.replay import (
     offline_config,
     recorded_tools,
     rerun,
-    without_files,
 )
 from agentkeel.runtime.runtime import open_runtime
 from agentkeel.runtime.script_export import ExportError, export_script
@@ -105,12 +104,10 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
         recorded_state = await final_state(rt, record)
         tools = None if live_tools else await recorded_tools(rt, record)
         replayed = await rerun(rt, record, tools=tools)
-        expected = journal_signature(recorded_events, record), recorded_state
-        actual = (journal_signature(await rt.journal.list(replayed.run_id), replayed, record),
-                  await final_state(rt, replayed, record))
-    if tools is not None:  # answered calls wrote no file: the workspace is not part of the comparison
-        expected, actual = without_files(*expected), without_files(*actual)
-    differences = compare(expected[0], actual[0], "journal") + compare(expected[1], actual[1], "state")
+        replayed_events = await rt.journal.list(replayed.run_id)
+        differences = compare(journal_signature(recorded_events, record),
+                              journal_signature(replayed_events, replayed, record), "journal")
+        differences += compare(recorded_state, await final_state(rt, replayed, record), "state")
     console.rule(f"re-run {replayed.run_id} on thread {replayed.thread_id}")
     if tools is not None:
         _print_tools(console, tools)
@@ -123,18 +120,16 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
         for line in differences:
             console.print(f"  {escape(line)}", highlight=False)
     else:
-        what = "messages, durable channels" + (", files" if tools is None else "; files not compared")
         console.print(f"[green]✓ same journal ({len(recorded_events)} records) and same final state "
-                      f"({what}) — offline[/]")
+                      "(messages, durable channels, files) — offline[/]")
     return differences
 
 
 def _print_tools(console: Console, tools: RecordedTools) -> None:
     console.print(f"tools: {len(tools.answered)} call(s) answered from the recording (not executed), "
-                  f"{len(tools.live)} executed live; the re-run's workspace holds only what live calls wrote",
-                  highlight=False)
+                  f"{len(tools.live)} executed and checked against it", highlight=False)
     for line in tools.live:
-        console.print(f"  [yellow]executed live[/] {escape(line)}", highlight=False)
+        console.print(f"  [dim]executed[/] {escape(line)}", highlight=False)
 
 
 async def _fork(config: KeelConfig, record: RunRecord, step: int, model: str | None, script: Path | None,

@@ -9,8 +9,7 @@ executed, a call the recording does not hold fails the run); without them, tools
 the new thread's workspace. Either way :func:`compare` holds the results to the recording's (each
 ``tool.call`` journals its result's ``result_sha256``) along with everything else the journal and
 the final state say. Equal means: the same journal record for record (kinds, callers, data,
-timings and owners aside) and the same final state (messages, durable channels, and — when tools
-ran — workspace files: :func:`without_files`).
+timings and owners aside) and the same final state (messages, durable channels, workspace files).
 
 **Fork** (:func:`fork`): a new run on the recorded thread from the run's checkpoint at a
 superstep, with a live model of the config or a scripted one — LangGraph's time travel: what
@@ -90,13 +89,6 @@ async def recorded_tools(runtime: Any, record: RunRecord) -> RecordedTools:
     snapshot = await accessor.aget(record.thread_id)
     messages = list((snapshot.values if snapshot is not None else {}).get("messages") or [])
     return RecordedTools.from_recording(await runtime.journal.list(record.run_id), messages)
-
-
-def without_files(signature: dict[str, list[Any]], state: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """A journal signature and final state without the workspace: what to compare when the
-    recording answered the tools (an answered call writes no file, so no ``file.changed`` follows)."""
-    kept = {group: [e for e in entries if e["kind"] != "file.changed"] for group, entries in signature.items()}
-    return kept, {k: v for k, v in state.items() if k != "files"}
 
 
 async def fork(runtime: Any, record: RunRecord, step: int, *, model_name: str | None = None,
@@ -236,4 +228,4 @@ def _normal(value: Any, names: dict[str, str]) -> Any:
 
 
 __all__ = ["ReplayError", "compare", "final_state", "first_of_thread", "fork", "journal_signature",
-           "offline_config", "recorded_tools", "rerun", "without_files"]
+           "offline_config", "recorded_tools", "rerun"]

@@ -12,6 +12,12 @@ digest), with its name and arguments from the ``model.call`` that asked for it, 
 text — the lead's from the thread's checkpointed messages, a child's from ``result_text`` (the
 journal callback keeps it up to ``RESULT_TEXT_MAX_CHARS``).
 
+Which calls run anyway: those of the built-in tools whose effects stay inside the workspace
+(:data:`WORKSPACE_CONFINED`: the file tools), in the re-run's own fresh workspace — what they do
+follows from their arguments and the files before them, and the guards that read the workspace
+must see the files they saw. They are matched like every call, and a result that differs from the
+recorded one is a miss too.
+
 How a call is answered: it is looked up by its tool-call id (the export writes the recorded ids
 out), else it is taken to be the agent's next recorded call; its name and arguments must equal the
 recording's, or it is a :class:`~agentkeel.harness.tool_replay.ToolReplayMiss` naming the call, its
@@ -24,8 +30,8 @@ before it was checkpointed, a tool that raised or was interrupted), the call run
 digest is checked; :attr:`RecordedTools.live` says which calls and why. ``task`` calls are never
 answered: their subagents run again, with their own calls answered the same way.
 
-What is not reproduced: the workspace. An answered call changes no file, so a re-run's workspace
-holds only what live calls wrote (``runtime/replay.py`` leaves files out of the comparison then).
+What is not reproduced: an answered call's effect on the workspace (a ``bash`` command that wrote
+a file): the re-run's files then differ from the recording's, and the comparison says so.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ from agentkeel.runtime.journal_callbacks import result_digest, tool_message
 from agentkeel.runtime.stores.base import JournalEvent
 
 LEAD = "lead"
+# The built-in tools whose every effect stays inside the thread's workspace. They run in a re-run,
+# in its own fresh workspace: what they do follows from their arguments and the files before them,
+# which the re-run reproduces, and the guards that read the workspace (ReadBeforeWrite's "changed
+# since read") must see the files they saw. Their calls are still matched and their results checked.
+WORKSPACE_CONFINED = frozenset({"read_file", "write_file", "str_replace", "ls", "glob", "grep"})
 
 
 @dataclass
@@ -58,7 +69,7 @@ class RecordedCall:
     status: str
     sha256: str | None
     text: str | None
-    why_live: str | None = None  # why the call must run for real, when it must
+    why_live: str | None = None  # why the call runs for real, when it does
 
 
 @dataclass
@@ -106,9 +117,11 @@ class RecordedTools:
         if recorded.why_live is not None:
             result = await handler(request)
             message = tool_message(result)
-            got = result_digest(message) if message is not None else None
-            self.live.append(f"{label}: {recorded.why_live}; "
-                             + ("same result digest" if got == recorded.sha256 else "result digest differs"))
+            if recorded.sha256 is not None and (message is None or result_digest(message) != recorded.sha256):
+                self._miss(f"tool call {label} ran ({recorded.why_live}) and its result differs from the "
+                           f"recorded one (sha256 {recorded.sha256[:12]}…)", ran=True)
+            self.live.append(f"{label}: {recorded.why_live}"
+                             + ("; same result digest" if recorded.sha256 is not None else ""))
             return result
         self.answered.append(label)
         message = ToolMessage(content=recorded.text or "", name=name, tool_call_id=call_id,
@@ -133,9 +146,9 @@ class RecordedTools:
         self._used.add((agent, recorded.call_id))
         return recorded
 
-    def _miss(self, detail: str) -> None:
+    def _miss(self, detail: str, ran: bool = False) -> None:
         self.misses.append(detail)
-        raise ToolReplayMiss(f"re-run: {detail} — the call was not executed")
+        raise ToolReplayMiss(f"re-run: {detail}" + ("" if ran else " — the call was not executed"))
 
 
 class _Recorded(BaseTool):
@@ -151,6 +164,8 @@ class _Recorded(BaseTool):
 
 
 def _why_live(call: RecordedCall, data: dict[str, Any]) -> str | None:
+    if call.name in WORKSPACE_CONFINED:
+        return "its effects stay in the workspace, which the re-run reproduces"
     if call.status not in ("ok", "error") or data.get("error_type"):
         return f"the recorded call {'raised' if data.get('error_type') else 'was ' + call.status}"
     if call.text is None:
