@@ -85,8 +85,8 @@ async def test_a_rerun_answers_every_tool_call_from_the_recording(keel: Keel, tm
     assert replayed.status == RunStatus.success, replayed.error
     assert counter.read_text() == "lead\nchild\n"  # neither bash call ran again
     assert differences == []  # files included: the write_file ran in the re-run's workspace
-    (live,) = tools.live
-    assert tools.misses == [] and "write_file" in live and "same result digest" in live
+    ((label, why),) = tools.live
+    assert tools.misses == [] and "write_file" in label and "workspace" in why
     assert [line.split(" #")[0] for line in tools.answered] == ["lead", next(iter(set(tools.calls) - {"lead"}))]
     async with keel.open(config) as rt:  # the lead's recorded count (1, not a live 3) reached the model
         messages = await thread_messages(rt, replayed.thread_id)
@@ -135,6 +135,6 @@ async def test_a_result_over_the_cap_runs_live_and_is_checked_by_digest(
     replayed, tools, differences = await replay(keel, config, original, script)
     assert replayed.status == RunStatus.success, replayed.error
     assert counter.read_text() == "lead\nchild\nchild\n"  # the child's call ran again, the lead's did not
-    (write, live) = tools.live
-    assert "write_file" in write and "over the journal's text cap" in live and "same result digest" in live
+    (write, child) = tools.live  # both matched and digest-checked (a differing one would be a miss)
+    assert "write_file" in write[0] and "bash" in child[0] and "over the journal's text cap" in child[1]
     assert len(tools.answered) == 1 and differences == []

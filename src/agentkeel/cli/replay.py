@@ -127,9 +127,9 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
 
 def _print_tools(console: Console, tools: RecordedTools) -> None:
     console.print(f"tools: {len(tools.answered)} call(s) answered from the recording (not executed), "
-                  f"{len(tools.live)} executed and checked against it", highlight=False)
-    for line in tools.live:
-        console.print(f"  [dim]executed[/] {escape(line)}", highlight=False)
+                  f"{len(tools.live)} executed, each matched and its result checked against it", highlight=False)
+    for why, count in Counter(why for _, why in tools.live).items():
+        console.print(f"  [dim]executed[/] {count} × {escape(why)}", highlight=False)
 
 
 async def _fork(config: KeelConfig, record: RunRecord, step: int, model: str | None, script: Path | None,

@@ -78,7 +78,7 @@ class RecordedTools:
 
     calls: dict[str, list[RecordedCall]]
     answered: list[str] = field(default_factory=list)  # "<agent> #n name (id)"
-    live: list[str] = field(default_factory=list)  # the same, with why the call ran for real
+    live: list[tuple[str, str]] = field(default_factory=list)  # (the same, why the call ran for real)
     misses: list[str] = field(default_factory=list)
     _used: set[tuple[str, str]] = field(default_factory=set)
 
@@ -120,8 +120,7 @@ class RecordedTools:
             if recorded.sha256 is not None and (message is None or result_digest(message) != recorded.sha256):
                 self._miss(f"tool call {label} ran ({recorded.why_live}) and its result differs from the "
                            f"recorded one (sha256 {recorded.sha256[:12]}…)", ran=True)
-            self.live.append(f"{label}: {recorded.why_live}"
-                             + ("; same result digest" if recorded.sha256 is not None else ""))
+            self.live.append((label, recorded.why_live))
             return result
         self.answered.append(label)
         message = ToolMessage(content=recorded.text or "", name=name, tool_call_id=call_id,
