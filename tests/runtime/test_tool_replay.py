@@ -138,3 +138,21 @@ async def test_a_result_over_the_cap_runs_live_and_is_checked_by_digest(
     (write, child) = tools.live  # both matched and digest-checked (a differing one would be a miss)
     assert "write_file" in write[0] and "bash" in child[0] and "over the journal's text cap" in child[1]
     assert len(tools.answered) == 1 and differences == []
+
+
+async def test_a_call_out_of_its_recorded_order_is_a_miss(keel: Keel, tmp_path: Path) -> None:
+    counter = tmp_path / "counter.txt"
+    config = counting_config(keel, counter)
+    original, script = await record(keel, config, tmp_path)
+    data = yaml.safe_load(script.read_text())
+    lead = data["agents"]["lead"]
+    lead[0], lead[1] = lead[1], lead[0]  # the note before the count: same calls, same ids, other order
+    lead[0].pop("expect", None)
+    lead[1].pop("expect", None)
+    script.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    replayed, tools, _ = await replay(keel, config, original, script)
+    assert replayed.status == RunStatus.error and "out of order" in (replayed.error or ""), replayed.error
+    (miss,) = tools.misses
+    assert "write_file" in miss and "recorded call #1 bash" in miss
+    assert counter.read_text() == "lead\nchild\n"

@@ -114,7 +114,7 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
     if replayed.status != record.status:
         differences.insert(0, f"status: recorded {record.status.value}, replayed {replayed.status.value}"
                               f"{f' ({replayed.error})' if replayed.error else ''}")
-    differences[:0] = [f"tool call not in the recording: {miss}" for miss in tools.misses] if tools else []
+    differences[:0] = [f"tool replay miss: {miss}" for miss in tools.misses] if tools else []
     if differences:
         console.print("[red]✗ the re-run diverged from the recording:[/]")
         for line in differences:

@@ -20,9 +20,10 @@ recorded one is a miss too.
 
 How a call is answered: it is looked up by its tool-call id (the export writes the recorded ids
 out), else it is taken to be the agent's next recorded call; its name and arguments must equal the
-recording's, or it is a :class:`~agentkeel.harness.tool_replay.ToolReplayMiss` naming the call, its
-position and what was expected, and the run fails on it (a call beyond the recording or asked twice
-too). A matching call whose recorded text hashes to the recorded ``result_sha256`` is answered by a
+recording's, and every recorded call of the agent's earlier model turns must have been asked
+before it (the calls of one turn run in parallel, in any order), or it is a
+:class:`~agentkeel.harness.tool_replay.ToolReplayMiss` naming the call, its position and what was
+expected, and the run fails on it (a call beyond the recording or asked twice too). A matching call whose recorded text hashes to the recorded ``result_sha256`` is answered by a
 stand-in tool returning that result (content, status, name, id) — run through the ordinary tool
 path, so the journal callbacks record the same ``tool.call`` and the outer guards see the same
 result. Where the recording holds no text (a child's result over the cap, a result a guard changed
@@ -69,6 +70,7 @@ class RecordedCall:
     status: str
     sha256: str | None
     text: str | None
+    turn: int  # the journal seq of the model call that asked for it: calls of one turn may run in any order
     why_live: str | None = None  # why the call runs for real, when it does
 
 
@@ -86,7 +88,7 @@ class RecordedTools:
     def from_recording(cls, events: list[JournalEvent], messages: list[BaseMessage]) -> RecordedTools:
         """Built from the recorded run's journal and its thread's checkpointed messages."""
         ordered = sorted(events, key=lambda e: e.seq)
-        asked = {str(c.get("id")): c for e in ordered if e.kind == "model.call"
+        asked = {str(c.get("id")): (e.seq, c) for e in ordered if e.kind == "model.call"
                  for c in (e.data.get("output") or {}).get("tool_calls") or []}
         lead_texts = {m.tool_call_id: m.content for m in messages if isinstance(m, ToolMessage)}
         calls: dict[str, list[RecordedCall]] = {}
@@ -96,12 +98,12 @@ class RecordedTools:
                 continue
             agent = str(data.get("task_id") or LEAD)
             call_id = str(data.get("call_id") or "")
-            ask = asked.get(call_id) or {}
+            turn, ask = asked.get(call_id) or (event.seq, {})
             text = data.get("result_text") if agent != LEAD else lead_texts.get(call_id)
             sha = data.get("result_sha256")
             call = RecordedCall(agent, len(calls.get(agent, [])) + 1, call_id, str(data.get("name")),
                                 ask.get("args") or {}, str(data.get("status")), sha,
-                                text if isinstance(text, str) else None)
+                                text if isinstance(text, str) else None, turn)
             call.why_live = _why_live(call, data)
             calls.setdefault(agent, []).append(call)
         return cls(calls)
@@ -142,6 +144,10 @@ class RecordedTools:
         if (recorded.name, _json(recorded.args)) != (name, _json(args)):
             self._miss(f"{where}: expected recorded call #{recorded.position} "
                        f"{recorded.name}({_json(recorded.args)}) id {recorded.call_id}")
+        earlier = next((c for c in calls if c.turn < recorded.turn and (agent, c.call_id) not in self._used), None)
+        if earlier is not None:
+            self._miss(f"{where}: it is recorded call #{recorded.position}, asked before recorded call "
+                       f"#{earlier.position} {earlier.name}({_json(earlier.args)}) of an earlier turn (out of order)")
         self._used.add((agent, recorded.call_id))
         return recorded
 
