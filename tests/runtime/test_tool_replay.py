@@ -31,7 +31,7 @@ from agentkeel.runtime.replay import (
 from agentkeel.runtime.script_export import export_script
 from agentkeel.runtime.tool_replay import RecordedTools
 
-pytestmark = backend_matrix([_param("sqlite", "memory")])
+pytestmark = backend_matrix([_param("sqlite", "memory"), _param("postgres", "redis")])
 
 GP = "general-purpose"
 
