@@ -37,6 +37,9 @@ def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: 
     rerun = keel("replay", run_id, "--export", str(export), "--rerun", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "same journal" in rerun.stdout and "same final state" in rerun.stdout
+    # the demo's tools are all file tools: they run in the re-run's workspace, matched and checked
+    assert "tools: 0 call(s) answered from the recording" in rerun.stdout
+    assert "× its effects stay in the workspace" in rerun.stdout
     script = yaml.safe_load(export.read_text())
     lead_calls = [i for i in as_json["items"] if i["kind"] == "model.call" and i["caller"] == "lead"]
     assert script["fallback"] == "error" and len(script["agents"]["lead"]) == len(lead_calls)

@@ -31,7 +31,16 @@ from runtime_support import (
 from agentkeel.config import KeelConfig
 from agentkeel.runtime.checkpoints.stamping import COORDINATE_KEY
 from agentkeel.runtime.records import RunStatus
-from agentkeel.runtime.replay import compare, final_state, first_of_thread, fork, journal_signature, offline_config, rerun
+from agentkeel.runtime.replay import (
+    compare,
+    final_state,
+    first_of_thread,
+    fork,
+    journal_signature,
+    offline_config,
+    recorded_tools,
+    rerun,
+)
 from agentkeel.runtime.script_export import export_script
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.timeline import Item, Timeline, load_timeline
@@ -162,6 +171,19 @@ async def test_the_export_replays_offline_to_the_same_journal_and_final_state(ke
     assert sorted((r["code"], r["source"]) for r in replay.stop_reasons) == sorted(
         (r["code"], r["source"]) for r in original.stop_reasons)
     assert timeline is not None and timeline.divergences == []
+
+    # With the recording answering the tools: parallel children, guard-withheld calls and
+    # compactions still match call for call (all file tools here, so each runs and is checked).
+    async with keel.open(offline) as rt:
+        tools = await recorded_tools(rt, original)
+        matched = await rerun(rt, original, tools=tools)
+        matched_journal = await journal(rt, matched.run_id)
+        matched_state = await final_state(rt, matched, original)
+    assert matched.status == RunStatus.success, matched.error
+    assert tools.misses == [] and len(tools.live) == sum(len(c) for c in tools.calls.values()) > 2
+    assert {agent for agent in tools.calls} == {"lead", *tasks}
+    assert compare(journal_signature(events, original), journal_signature(matched_journal, matched, original)) == []
+    assert compare(recorded_state, matched_state) == []
 
     # A miss is loud: the same export without the lead's last answer ends the replay in an error.
     script["agents"]["lead"].pop()

@@ -204,6 +204,8 @@ def replay_run(
         "--fork-at", help="Continue its thread from the checkpoint at this step (with --model or --script).")] = None,
     model: Annotated[str | None, typer.Option(help="The model a fork runs with (from the config).")] = None,
     script: Annotated[Path | None, typer.Option(help="A scripted-model file a fork runs with.")] = None,
+    live_tools: Annotated[bool, typer.Option(
+        "--live-tools", help="With --rerun: execute the tools again instead of answering them from the recording.")] = False,
 ) -> None:
     """The aligned timeline of one run: journal, checkpoints and stream on one axis, subagents
     nested, divergences flagged (exit 1 when any); its export, offline re-run and forks."""
@@ -215,7 +217,7 @@ def replay_run(
     cfg, harness = _setup(config)
     try:
         code = replay(cfg, harness, run_id, console=console, as_json=json_out, export=export, do_rerun=do_rerun,
-                      fork_at=fork_at, model=model, script=script)
+                      fork_at=fork_at, model=model, script=script, live_tools=live_tools)
     except ReplayCommandError as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(exc.code) from None

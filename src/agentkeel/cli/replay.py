@@ -4,7 +4,9 @@ The timeline is built as data by ``runtime/timeline.py`` (checked by ``runtime/d
 this module only draws it: one line per journal record, checkpoint and run of stream events, on
 the journal's seq axis, a subagent's records indented under its task call, the divergences last.
 ``--export FILE`` writes the run as a scripted-model file (``runtime/script_export.py``);
-``--rerun`` plays it offline and compares (``runtime/replay.py``); ``--fork-at STEP`` continues
+``--rerun`` plays it offline — model answers and tool results from the recording
+(``runtime/tool_replay.py``; ``--live-tools`` runs the tools again) — and compares
+(``runtime/replay.py``); ``--fork-at STEP`` continues
 the thread from that checkpoint with ``--model`` (a model of the config) or ``--script``.
 """
 
@@ -32,11 +34,13 @@ from agentkeel.runtime.replay import (
     fork,
     journal_signature,
     offline_config,
+    recorded_tools,
     rerun,
 )
 from agentkeel.runtime.runtime import open_runtime
 from agentkeel.runtime.script_export import ExportError, export_script
 from agentkeel.runtime.timeline import Item, Timeline, load_timeline
+from agentkeel.runtime.tool_replay import RecordedTools
 
 FORK_SCRIPT_MODEL = "replay-script"
 
@@ -51,7 +55,7 @@ class ReplayCommandError(Exception):
 
 def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Console, as_json: bool = False,
            export: Path | None = None, do_rerun: bool = False, fork_at: int | None = None,
-           model: str | None = None, script: Path | None = None) -> int:
+           model: str | None = None, script: Path | None = None, live_tools: bool = False) -> int:
     """Everything ``keel replay`` does; the exit code (raises ``ReplayCommandError``)."""
     timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun, do_rerun))
     if as_json:
@@ -68,7 +72,7 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
         if export is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(events_script, sort_keys=False, allow_unicode=True))
-        differences = asyncio.run(_rerun(config, timeline.record, path, console))
+        differences = asyncio.run(_rerun(config, timeline.record, path, console, live_tools))
         code = max(code, 1 if differences else 0)
     if fork_at is not None:
         asyncio.run(_fork(config, timeline.record, fork_at, model, script, console))
@@ -92,20 +96,25 @@ async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bo
             raise ReplayCommandError(str(exc), 2) from None
 
 
-async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: Console) -> list[str]:
+async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: Console,
+                 live_tools: bool) -> list[str]:
     offline = offline_config(config, script)
     async with open_runtime(offline, harness=Harness(offline, offline.checkpoint_mode), executes="own") as rt:
         recorded_events = await rt.journal.list(record.run_id)
         recorded_state = await final_state(rt, record)
-        replayed = await rerun(rt, record)
+        tools = None if live_tools else await recorded_tools(rt, record)
+        replayed = await rerun(rt, record, tools=tools)
         replayed_events = await rt.journal.list(replayed.run_id)
         differences = compare(journal_signature(recorded_events, record),
                               journal_signature(replayed_events, replayed, record), "journal")
         differences += compare(recorded_state, await final_state(rt, replayed, record), "state")
     console.rule(f"re-run {replayed.run_id} on thread {replayed.thread_id}")
+    if tools is not None:
+        _print_tools(console, tools)
     if replayed.status != record.status:
         differences.insert(0, f"status: recorded {record.status.value}, replayed {replayed.status.value}"
                               f"{f' ({replayed.error})' if replayed.error else ''}")
+    differences[:0] = [f"tool replay miss: {miss}" for miss in tools.misses] if tools else []
     if differences:
         console.print("[red]✗ the re-run diverged from the recording:[/]")
         for line in differences:
@@ -114,6 +123,13 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
         console.print(f"[green]✓ same journal ({len(recorded_events)} records) and same final state "
                       "(messages, durable channels, files) — offline[/]")
     return differences
+
+
+def _print_tools(console: Console, tools: RecordedTools) -> None:
+    console.print(f"tools: {len(tools.answered)} call(s) answered from the recording (not executed), "
+                  f"{len(tools.live)} executed, each matched and its result checked against it", highlight=False)
+    for why, count in Counter(why for _, why in tools.live).items():
+        console.print(f"  [dim]executed[/] {count} × {escape(why)}", highlight=False)
 
 
 async def _fork(config: KeelConfig, record: RunRecord, step: int, model: str | None, script: Path | None,

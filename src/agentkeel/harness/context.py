@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentkeel.harness.stop_reasons import StopReasonCollector
+from agentkeel.harness.tool_replay import ToolReplay
 from agentkeel.sandbox.bwrap import BashSandbox
 
 
@@ -105,4 +106,7 @@ class RunContext:
     delegation_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Where subagent progress events go (the run's stream); None: the graph's own custom stream.
     task_events: TaskEvents | None = None
+    # A re-run's answerer of tool calls from the recording (``harness/tool_replay.py``); None for
+    # every other run, whose tools run.
+    tool_replay: ToolReplay | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -44,7 +44,8 @@ model.error        {model, error_type, kind, status, message, latency_ms [, task
 tool.intent        {call_id, name, idempotent, attempt}: written through BEFORE the tool runs
                    (``harness.middleware.side_effect_ledger``)
 tool.call          {name, call_id, status (ok|error|interrupted), duration_ms, result_size
-                   [, result_sha256] [, task_id] [, error_type]}: after the tool ran
+                   [, result_sha256] [, task_id] [, result_text] [, error_type]}: after the tool
+                   ran (``result_text``: a subagent's string result up to 16,000 characters)
 intervention       {middleware, action, detail, ...} (guards; ``recovered_call`` when a call
                    lost with an earlier attempt is answered without running it)
 stop_reason        the stop-reason entry dict (recorded at the entry's own ``seq``)

@@ -14,7 +14,8 @@ streams from OpenAI-compatible servers) is counted by estimate (:mod:`agentkeel.
 characters of the request's messages and of the response, divided by four) and its ``model.call``
 record says ``estimated: true``; the run's usage meter, which the token budget reads, counts it like
 any other call, so the budget binds on every path. A failed call's ``model.error`` record carries the
-error's ``kind`` and HTTP ``status`` (:mod:`agentkeel.harness.provider_errors`).
+error's ``kind`` and HTTP ``status`` (:mod:`agentkeel.harness.provider_errors`). A subagent's
+``tool.call`` carries its result text up to :data:`RESULT_TEXT_MAX_CHARS` (``result_text``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ from agentkeel.runtime.usage import UsageAccumulator, caller_from_tags
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., None])
+
+# The longest subagent tool result journaled as text (``result_text``), so a re-run can answer the
+# call from the recording (``runtime/tool_replay.py``); a longer one keeps only its hash. The lead's
+# results need none: the thread's checkpointed messages hold them.
+RESULT_TEXT_MAX_CHARS = 16_000
 
 
 def _guarded(hook: F) -> F:
@@ -217,12 +223,15 @@ class JournalCallbackHandler(BaseCallbackHandler):
     @_guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         started = self._tools.pop(run_id, None)
-        message = _tool_message(output)
+        message = tool_message(output)
         if message is not None:
             status = "error" if message.status == "error" else "ok"
             call_id: str | None = message.tool_call_id
             size = _size(message.content)
-            digest = {"result_sha256": hashlib.sha256(_text(message.content).encode()).hexdigest()}
+            digest: dict[str, Any] = {"result_sha256": result_digest(message)}
+            if started is not None and started.task_id and isinstance(message.content, str) \
+                    and len(message.content) <= RESULT_TEXT_MAX_CHARS:
+                digest["result_text"] = message.content  # a child's result: no checkpoint holds it
         else:
             status, call_id, size, digest = "ok", None, _size(output), {}
         self._record_tool(started, kwargs, call_id, status, size, **digest)
@@ -280,8 +289,11 @@ def _output(message: Any, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str, sort_keys=True)
+def result_digest(message: ToolMessage) -> str:
+    """The ``result_sha256`` of a tool result: of its text, or of its content blocks as JSON."""
+    content = message.content
+    text = content if isinstance(content, str) else json.dumps(content, default=str, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _token_counts(message: Any, llm_output: dict[str, Any]) -> tuple[int, int]:
@@ -293,7 +305,7 @@ def _token_counts(message: Any, llm_output: dict[str, Any]) -> tuple[int, int]:
     return int(legacy.get("prompt_tokens") or 0), int(legacy.get("completion_tokens") or 0)
 
 
-def _tool_message(output: Any) -> ToolMessage | None:
+def tool_message(output: Any) -> ToolMessage | None:
     """The ToolMessage a tool produced, directly or inside a ``Command(update={"messages": ...})``."""
     if isinstance(output, ToolMessage):
         return output

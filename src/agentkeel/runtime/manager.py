@@ -34,6 +34,7 @@ from typing import Literal
 from agentkeel.config import Limits
 from agentkeel.harness.agents import Harness
 from agentkeel.harness.stop_reasons import StopReason
+from agentkeel.harness.tool_replay import ToolReplay
 from agentkeel.runtime.active import AbortRequest, ActiveRun, CancelAction
 from agentkeel.runtime.claimer import Claimer
 from agentkeel.runtime.leases import LeaseKeeper, apply_control
@@ -106,6 +107,12 @@ class RunManager:
     @property
     def store(self) -> RunStore:
         return self._deps.store
+
+    @property
+    def tool_replays(self) -> dict[str, ToolReplay]:
+        """Re-runs whose tool calls the recording answers, by thread id (``runtime/replay.py``
+        registers one before it creates the run; the worker hands it to the run's context)."""
+        return self._deps.tool_replays
 
     @property
     def in_flight(self) -> int:

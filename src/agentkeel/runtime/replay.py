@@ -3,10 +3,12 @@
 **Re-run** (:func:`rerun`): the run again, on a new thread, with every model of the config swapped
 for the scripted model playing the run's export (``runtime/script_export.py``) — the same
 assistant, input, limits and tools, no provider reachable. Model outputs come from the recording
-(a call beyond it fails loudly: the script ends in ``fallback: error``); tools run for real in the
-new thread's workspace, and :func:`compare` holds their results to the recording's (each
-``tool.call`` journals its result's ``result_sha256``) along with everything else the journal
-and the final state say. Equal means: the same journal record for record (kinds, callers, data,
+(a call beyond it fails loudly: the script ends in ``fallback: error``), and so do tool results
+when the re-run is given :func:`recorded_tools` (``runtime/tool_replay.py``: a tool is not
+executed, a call the recording does not hold fails the run); without them, tools run for real in
+the new thread's workspace. Either way :func:`compare` holds the results to the recording's (each
+``tool.call`` journals its result's ``result_sha256``) along with everything else the journal and
+the final state say. Equal means: the same journal record for record (kinds, callers, data,
 timings and owners aside) and the same final state (messages, durable channels, workspace files).
 
 **Fork** (:func:`fork`): a new run on the recorded thread from the run's checkpoint at a
@@ -34,6 +36,7 @@ from agentkeel.runtime.records import RunRecord
 from agentkeel.runtime.requests import request_from_record
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.timeline import checkpoint_items
+from agentkeel.runtime.tool_replay import RecordedTools
 from agentkeel.sandbox.workspace import Workspace
 
 # Journal data that differs between two executions of the same run by nature, not by behaviour.
@@ -62,14 +65,30 @@ async def first_of_thread(runtime: Any, record: RunRecord) -> bool:
     return first is None or first.parent_config is None
 
 
-async def rerun(runtime: Any, record: RunRecord, thread_id: str | None = None) -> RunRecord:
+async def rerun(runtime: Any, record: RunRecord, thread_id: str | None = None,
+                tools: RecordedTools | None = None) -> RunRecord:
     """Execute ``record``'s request again on a new thread of ``runtime`` (whose config is the
-    :func:`offline_config`); the replay's final record."""
+    :func:`offline_config`); the replay's final record. With ``tools`` (built from the recording,
+    ``runtime/tool_replay.py``) the recording answers the tool calls; without, they run."""
     request = dataclasses.replace(
         request_from_record(record), thread_id=thread_id or f"replay-{uuid.uuid4().hex[:12]}", checkpoint=None,
         metadata={**record.metadata, "replay_of": record.run_id},
     )
-    return await _run(runtime, request)
+    if tools is None:
+        return await _run(runtime, request)
+    runtime.manager.tool_replays[request.thread_id] = tools
+    try:
+        return await _run(runtime, request)
+    finally:
+        runtime.manager.tool_replays.pop(request.thread_id, None)
+
+
+async def recorded_tools(runtime: Any, record: RunRecord) -> RecordedTools:
+    """What answers a re-run's tool calls: the run's journal and its thread's final messages."""
+    accessor = await runtime.accessor(record.assistant_id)
+    snapshot = await accessor.aget(record.thread_id)
+    messages = list((snapshot.values if snapshot is not None else {}).get("messages") or [])
+    return RecordedTools.from_recording(await runtime.journal.list(record.run_id), messages)
 
 
 async def fork(runtime: Any, record: RunRecord, step: int, *, model_name: str | None = None,
@@ -209,4 +228,4 @@ def _normal(value: Any, names: dict[str, str]) -> Any:
 
 
 __all__ = ["ReplayError", "compare", "final_state", "first_of_thread", "fork", "journal_signature",
-           "offline_config", "rerun"]
+           "offline_config", "recorded_tools", "rerun"]

@@ -39,6 +39,7 @@ from agentkeel.harness.agents import TURNS_DONE_KEY, Harness
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.middleware.llm_error_handling import ModelCallFailed
 from agentkeel.harness.stop_reasons import StopReasonCollector
+from agentkeel.harness.tool_replay import ToolReplay
 from agentkeel.runtime.active import AbortRequest, ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.checkpoints import (
@@ -90,6 +91,8 @@ class WorkerDeps:
     checkpoint_mode: str = "full"
     completion_hooks: list[CompletionHook] = field(default_factory=list)
     kv_store: BaseStore | None = None  # bound to the graph as ``store``; None keeps the graph's own
+    # Re-runs whose tool calls the recording answers (thread id -> answerer; ``runtime/tool_replay.py``).
+    tool_replays: dict[str, ToolReplay] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,6 +244,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         recovered_calls=recovered,
         delegation_outcomes=state.delegation_outcomes,
         task_events=TaskEventSink(deps.bridge, active),
+        tool_replay=deps.tool_replays.get(record.thread_id),
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input

@@ -17,7 +17,8 @@ that may refuse or answer it):
    its effects before deciding to retry; an ``intervention`` (``recovered_call``) is journaled.
 2. Otherwise ``tool.intent`` ``{call_id, name, idempotent, attempt}`` is written through to the
    journal, and only then does the tool run (its result is journaled as ``tool.call`` by the
-   runtime's callback handler).
+   runtime's callback handler) — or, in a re-run, the run's ``tool_replay`` answers it from the
+   recording (:mod:`agentkeel.harness.tool_replay`).
 3. If the intent cannot be stored, a tool that is not idempotent is not run (a crash after it
    could not be told from one before it, so the guarantee would be void): the model gets an error
    result and ``intent_unrecorded`` is journaled. An idempotent tool runs anyway: repeating it is
@@ -109,6 +110,8 @@ class SideEffectLedger(KeelMiddleware):
             )
             if not idempotent:
                 return unrecorded_message(name, call_id, self.name)
+        if ctx.tool_replay is not None:  # a re-run: the recording answers (harness/tool_replay.py)
+            return await ctx.tool_replay.execute(request, handler)
         return await handler(request)
 
 

@@ -5,7 +5,8 @@ Two jobs, both at the innermost edge of the tool axis:
 * A tool that raises must not end the run: the model asked for the call and is owed an answer, and
   an unanswered call id would break the next request. The exception becomes an error ToolMessage
   that names the tool and the failure and tells the model how to go on. Graph control flow
-  (``GraphBubbleUp``: interrupts, parent commands) is not an error and always propagates, and
+  (``GraphBubbleUp``: interrupts, parent commands) is not an error and always propagates, nor is a
+  re-run's ``ToolReplayMiss`` (the call is not the recorded one: the run must fail on it), and
   cancellation (``CancelledError`` is not an ``Exception``) is never caught.
 * Every ToolMessage result — also those inside a ``Command`` update — is classified once
   (:func:`~agentkeel.harness.middleware.tool_meta.classify`) and stamped under ``TOOL_META``, the
@@ -28,6 +29,7 @@ from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META
 from agentkeel.harness.middleware.responses import map_tool_messages
 from agentkeel.harness.middleware.tool_meta import classify
+from agentkeel.harness.tool_replay import ToolReplayMiss
 
 DETAIL_MAX_CHARS = 500
 
@@ -77,7 +79,7 @@ class ToolErrorHandling(KeelMiddleware):
         call = request.tool_call
         try:
             result = await handler(request)
-        except GraphBubbleUp:
+        except (GraphBubbleUp, ToolReplayMiss):
             raise
         except Exception as exc:
             name = str(call.get("name") or "unknown")

@@ -18,7 +18,8 @@ For each ``task`` call it:
 
 A child's exception never escapes as an exception: in one tool step LangGraph cancels the sibling
 tool calls of a call that raises, so a failing child would sink its siblings. It becomes a
-``failed`` outcome. Only the run's own cancellation propagates, after settling.
+``failed`` outcome. Only the run's own cancellation propagates, after settling — and a re-run's
+``ToolReplayMiss`` (``harness/tool_replay.py``), which must fail the whole run, siblings and all.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agentkeel.harness.subagents.capacity import Capacity
 from agentkeel.harness.subagents.outcome import SubagentOutcome, brief_of
 from agentkeel.harness.subagents.types import MAX_DEPTH, SubagentType
 from agentkeel.harness.token_estimate import messages_tokens
+from agentkeel.harness.tool_replay import ToolReplayMiss
 
 STEP_CHARS = 2000
 """The bound of a message's text (and of each tool call's arguments) in a ``task_step`` event."""
@@ -180,6 +182,9 @@ class _ChildRun:
             self.outcome.error = "the delegating run was stopped"
             await _shielded(self._settle())
             raise
+        except ToolReplayMiss:  # a re-run's call the recording does not hold: the whole run fails
+            await self._settle()
+            raise
         await self._settle()
         return self.outcome.message()
 
@@ -209,6 +214,9 @@ class _ChildRun:
                 outcome.status = "completed" if self._answer() else "failed"
                 outcome.error = None if outcome.status == "completed" else "the subagent reached its graph step limit"
         except asyncio.CancelledError:
+            raise
+        except ToolReplayMiss as exc:
+            outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
             raise
         except Exception as exc:  # never raise into the tool step: it would cancel the siblings
             outcome.status = "failed"
