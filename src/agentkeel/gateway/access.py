@@ -123,6 +123,10 @@ class Access:
             raise NotFound(f"Run {run_id} not found") from None
         return record
 
+    def run_filter(self, action: str, search: dict[str, Any] | None = None) -> RunFilter:
+        """A test of runs across threads (a bulk cancel, the console's runs list); see ``RunFilter``."""
+        return RunFilter(self, action, search)
+
     async def visible_threads(self, threads: list[ThreadRecord], value: dict[str, Any]) -> list[ThreadRecord]:
         """The threads of a search the caller may see (``value``: the search, for the rule)."""
         found = await self.authorize("threads", "search", value)
@@ -164,6 +168,40 @@ class Access:
         if not labels or labels[0] != self.user_id:
             raise NotFound(f"{field}: namespace {list(labels)} not found (a user's namespaces start with its user id)")
         return labels
+
+
+class RunFilter:
+    """Whether the caller may ``action`` a run's thread, each thread decided once. With ``search``
+    (a listing's query) the rule is asked once for the whole listing, as for a search; without, it
+    is asked per thread, as ``Access.thread`` asks it. Without authentication every run passes."""
+
+    def __init__(self, access: Access, action: str, search: dict[str, Any] | None) -> None:
+        self._access = access
+        self._action = action
+        self._search = search
+        self._decided: dict[str, bool] = {}
+        self._rule: Filter | None = None
+        self._asked = False
+
+    async def __call__(self, record: RunRecord) -> bool:
+        if self._access.identity is None:
+            return True
+        if record.thread_id not in self._decided:
+            self._decided[record.thread_id] = await self._may(record.thread_id)
+        return self._decided[record.thread_id]
+
+    async def _may(self, thread_id: str) -> bool:
+        access = self._access
+        if self._search is None:
+            try:
+                await access.thread(thread_id, self._action)
+            except NotFound:
+                return False
+            return True
+        if not self._asked:
+            self._rule, self._asked = await access.authorize("threads", self._action, self._search), True
+        thread = await access.runtime.store.get_thread(thread_id)
+        return thread is not None and access.sees(thread.metadata, self._rule)
 
 
 def caller(request: Request) -> Access:

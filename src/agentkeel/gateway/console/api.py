@@ -22,7 +22,7 @@ from agentkeel.gateway.console.timeline import run_timeline
 from agentkeel.gateway.deps import Gateway, gateway
 from agentkeel.gateway.input_limits import MAX_OFFSET
 from agentkeel.gateway.routes.runs import run_detail_json, run_json
-from agentkeel.runtime.records import RunRecord, RunStatus, ThreadRecord
+from agentkeel.runtime.records import RunRecord, RunStatus
 
 router = APIRouter(prefix="/console/api", tags=["console"])
 GW = Annotated[Gateway, Depends(gateway)]
@@ -55,8 +55,7 @@ async def list_runs(
 ) -> list[dict[str, Any]]:
     """Runs newest first, visible to the caller, filtered (``stop_reason=none``: runs without one)."""
     store = gw.runtime.store
-    found_rule = await access.authorize("threads", "search", {"status": status.value if status else None, "limit": limit, "offset": offset})
-    threads: dict[str, ThreadRecord | None] = {}
+    visible = access.run_filter("search", {"status": status.value if status else None, "limit": limit, "offset": offset})
     found: list[dict[str, Any]] = []
     skipped = scanned = 0
     while len(found) < limit and scanned < MAX_SCANNED:
@@ -65,10 +64,7 @@ async def list_runs(
         for record in batch:
             if not _matches(record, assistant_id, stop_reason, q):
                 continue
-            if record.thread_id not in threads:
-                threads[record.thread_id] = await store.get_thread(record.thread_id)
-            thread = threads[record.thread_id]
-            if thread is None or not access.sees(thread.metadata, found_rule):
+            if not await visible(record):
                 continue
             if skipped < offset:
                 skipped += 1

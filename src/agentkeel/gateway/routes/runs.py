@@ -393,7 +393,8 @@ async def cancel_runs(body: RunsCancel, gw: GW, access: Caller, action: CancelAc
     store = gw.runtime.store
     if body.status is not None:
         statuses = [RunStatus.pending, RunStatus.running] if body.status == "all" else [RunStatus(body.status)]
-        run_ids = [r.run_id for r in await _visible(access, await _all_runs(gw, statuses))]
+        visible = access.run_filter("update")
+        run_ids = [r.run_id for r in await _all_runs(gw, statuses) if await visible(r)]
     elif body.run_ids:
         run_ids = [r for r in body.run_ids if await _belongs(access, r, body.thread_id)]
     elif body.thread_id:
@@ -416,22 +417,6 @@ async def _belongs(access: Access, run_id: str, thread_id: str | None) -> bool:
     except NotFound:
         return False
     return True
-
-
-async def _visible(access: Access, records: list[RunRecord]) -> list[RunRecord]:
-    """The runs whose threads the caller may update (each thread asked once)."""
-    if access.identity is None:
-        return records
-    allowed: dict[str, bool] = {}
-    for record in records:
-        if record.thread_id not in allowed:
-            allowed[record.thread_id] = False
-            try:
-                await access.thread(record.thread_id, "update")
-                allowed[record.thread_id] = True
-            except NotFound:
-                pass
-    return [r for r in records if allowed[r.thread_id]]
 
 
 async def _all_runs(gw: Gateway, statuses: list[RunStatus], page: int = 500) -> list[RunRecord]:
