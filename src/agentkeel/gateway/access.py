@@ -32,7 +32,6 @@ from fastapi import Depends, HTTPException, Request
 from agentkeel.gateway.auth import Identity, current_user
 from agentkeel.gateway.auth_rules import AuthRules, AuthUser, Filter, matches
 from agentkeel.gateway.errors import NotFound
-from agentkeel.gateway.runtime_dep import app_runtime
 from agentkeel.runtime.assistants import assistant_key
 from agentkeel.runtime.records import RunRecord, ThreadRecord
 from agentkeel.runtime.runtime import Runtime
@@ -204,11 +203,21 @@ class RunFilter:
         return thread is not None and access.sees(thread.metadata, self._rule)
 
 
+def _app_runtime(request: Request) -> Runtime:
+    """``create_app`` keeps the runtime inside its ``Gateway`` (``app.state.gateway.runtime``); an
+    app that needs nothing else may set ``app.state.runtime`` directly (the route tests do)."""
+    state = request.app.state
+    found = getattr(state, "runtime", None) or getattr(getattr(state, "gateway", None), "runtime", None)
+    if found is None:
+        raise RuntimeError("no runtime on app.state (neither app.state.runtime nor app.state.gateway)")
+    return found
+
+
 def caller(request: Request) -> Access:
     """FastAPI dependency: the request's ``Access`` (identity from ``Authentication``, rules
-    from ``auth.mode: langgraph``)."""
+    from ``auth.mode: langgraph``), the way every route reaches the runtime's resources."""
     rules = getattr(request.app.state, "auth_rules", None)
-    return Access(app_runtime(request), current_user(request), rules if isinstance(rules, AuthRules) else None)
+    return Access(_app_runtime(request), current_user(request), rules if isinstance(rules, AuthRules) else None)
 
 
 Caller = Annotated[Access, Depends(caller)]
