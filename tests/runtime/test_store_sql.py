@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agentkeel.database import Database
 from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import MultitaskStrategy, RunRecord, new_run_id
-from agentkeel.runtime.stores import sql_engine
+from agentkeel.runtime import sqlite_inline
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.stores.memory import MemoryRunStore
@@ -180,8 +180,8 @@ def _hold_write_lock(path: Path, seconds: float, held: threading.Event) -> None:
 async def test_sqlite_busy_is_retried_with_a_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_s: float, succeeds: bool
 ) -> None:
-    monkeypatch.setattr(sql_engine, "SQLITE_BUSY_TIMEOUT_MS", 20)
-    monkeypatch.setattr(sql_engine, "BUSY_BACKOFF_S", (0.02, 0.1))
+    monkeypatch.setattr(sqlite_inline, "SQLITE_BUSY_TIMEOUT_MS", 20)
+    monkeypatch.setattr(sqlite_inline, "BUSY_BACKOFF_S", (0.02, 0.1))
     path = tmp_path / "keel.db"
     async with sql_database(f"sqlite:///{path}") as db:
         await db.setup()

@@ -35,8 +35,32 @@ def messages_tokens(messages: Iterable[BaseMessage]) -> int:
     return approx_tokens(sum(message_chars(m) for m in messages))
 
 
+class RequestMeter:
+    """``messages_tokens`` for the successive requests of one run, counting each message once.
+
+    Why: every model call of a run re-sends the whole history, so estimating each request from
+    scratch is quadratic in the run's length (at 400 messages it was most of what journaling a
+    model call cost). A message object, once in the state, is not changed in place (LangGraph's
+    reducers replace messages, never edit them), so its count is remembered by identity; the
+    object is held beside its count so the id cannot be reused while remembered. The meter lives
+    as long as the run's journal handler, so what it holds is at most what the run's history held.
+    """
+
+    def __init__(self) -> None:
+        self._chars: dict[int, tuple[BaseMessage, int]] = {}
+
+    def tokens(self, messages: Iterable[BaseMessage]) -> int:
+        total = 0
+        for message in messages:
+            hit = self._chars.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = self._chars[id(message)] = (message, message_chars(message))
+            total += hit[1]
+        return approx_tokens(total)
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-__all__ = ["approx_tokens", "message_chars", "messages_tokens"]
+__all__ = ["RequestMeter", "approx_tokens", "message_chars", "messages_tokens"]

@@ -37,7 +37,7 @@ from langgraph.errors import GraphInterrupt
 
 from agentkeel.harness.middleware.keys import TASK_ID_METADATA
 from agentkeel.harness.provider_errors import classify
-from agentkeel.harness.token_estimate import approx_tokens, messages_tokens
+from agentkeel.harness.token_estimate import RequestMeter, approx_tokens, messages_tokens
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.usage import UsageAccumulator, caller_from_tags
 
@@ -84,6 +84,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
         # Keyed by LangChain run id; dict get/set/pop are atomic, which is all the threads need.
         self._models: dict[UUID, _Started] = {}
         self._tools: dict[UUID, _Started] = {}
+        self._request_meter = RequestMeter()  # each request's estimated size, each message counted once
 
     # -- steps -------------------------------------------------------------------------------
     @_guarded
@@ -111,7 +112,7 @@ class JournalCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         request = messages[0] if messages else []
-        self._model_started(run_id, tags, metadata, kwargs, messages_tokens(request))
+        self._model_started(run_id, tags, metadata, kwargs, self._request_meter.tokens(request))
 
     @_guarded
     def on_llm_start(

@@ -17,6 +17,22 @@ from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 
 
+class TokenListener(BaseCallbackHandler):
+    """A handler that only wants a call's streamed tokens (``on_llm_new_token``), on the loop.
+
+    Why ``ignore_chat_model``: a handler without ``on_chat_model_start`` makes LangChain fall back
+    to ``on_llm_start``, rendering every message of the request to one prompt string first — work
+    proportional to the history on every model call, for a handler that ignores it.
+    ``run_inline``: a synchronous handler is otherwise called in a thread pool.
+    """
+
+    run_inline = True
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        return True
+
+
 @contextmanager
 def listening(handler: BaseCallbackHandler) -> Iterator[None]:
     """Add ``handler`` to the callbacks of every runnable (the chat model) called in this block."""
@@ -35,4 +51,4 @@ def listening(handler: BaseCallbackHandler) -> Iterator[None]:
         var_child_runnable_config.reset(token)
 
 
-__all__ = ["listening"]
+__all__ = ["TokenListener", "listening"]

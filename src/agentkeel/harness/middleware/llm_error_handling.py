@@ -47,12 +47,11 @@ from typing import Any
 from uuid import UUID
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.config import get_stream_writer
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
-from agentkeel.harness.middleware.listen import listening
+from agentkeel.harness.middleware.listen import TokenListener, listening
 from agentkeel.harness.provider_errors import ProviderError, classify
 from agentkeel.limits import LLMRetryLimits
 
@@ -84,16 +83,15 @@ class AttemptTimedOut(TimeoutError):
         self.timeout_s = timeout_s
 
 
-class _Progress(BaseCallbackHandler):
+class _Progress(TokenListener):
     """Pushes an attempt's deadline back by ``timeout_s`` on every streamed token.
 
     So ``timeout_s`` bounds the silence of a call — the wait for its first token, and between two
     tokens — not the length of an answer that keeps streaming: a long generation on a slow model
     is not cut off and re-sent, a provider that stops sending is abandoned. A call that is not
     streamed has no tokens to report, so for it ``timeout_s`` bounds the whole call.
+    Inline (``TokenListener``): called on the event loop's thread, where the scope may be rescheduled.
     """
-
-    run_inline = True  # called on the event loop's thread, where the scope may be rescheduled
 
     def __init__(self, scope: asyncio.Timeout, timeout_s: float) -> None:
         self._scope = scope

@@ -34,13 +34,12 @@ from typing import Any, ClassVar
 from uuid import UUID
 
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolCall, ToolMessage
 
 from agentkeel.harness.middleware.base import KeelMiddleware, ModelHandler
 from agentkeel.harness.middleware.contracts import Contract, on
 from agentkeel.harness.middleware.keys import TOOL_META, fingerprint
-from agentkeel.harness.middleware.listen import listening
+from agentkeel.harness.middleware.listen import TokenListener, listening
 from agentkeel.harness.middleware.responses import last_ai
 from agentkeel.harness.tool_args import argument_error
 
@@ -68,14 +67,12 @@ def malformed_result(call_id: str, name: str, raw: str | None, error: str, by: s
     )
 
 
-class StreamedArguments(BaseCallbackHandler):
+class StreamedArguments(TokenListener):
     """Collects the argument text of every streamed tool call, by call id.
 
     LangChain reports each chunk twice on some paths (the provider and the base model both call
     ``on_llm_new_token`` with the same object), so chunks are counted once by identity.
     """
-
-    run_inline = True
 
     def __init__(self) -> None:
         self._seen: dict[int, Any] = {}  # id() -> chunk, kept alive so ids are never reused

@@ -2,8 +2,9 @@
 
 The checkpointer shares the runtime's one database; LangGraph's tables (``checkpoints``,
 ``writes``, ``checkpoint_blobs``, ...) live beside the run and journal stores' own tables. On
-PostgreSQL it uses the one pool of ``runtime/connections.py``; on SQLite it keeps its own aiosqlite
-connection (LangGraph's SQLite saver takes a single connection, not a pool).
+PostgreSQL it uses the one pool of ``runtime/connections.py``; on SQLite it keeps one connection of
+its own (LangGraph's SQLite saver takes a single connection, not a pool), run on the event loop's
+thread (``sqlite_saver.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agentkeel.runtime.connections import Connections, sqlite_connection
+from agentkeel.runtime.connections import Connections
 from agentkeel.runtime.langgraph_setup import serialized_setup, serialized_sqlite_setup
 
 
@@ -23,18 +24,18 @@ from agentkeel.runtime.langgraph_setup import serialized_setup, serialized_sqlit
 async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheckpointSaver]:
     """Yield a ready (``setup()`` done) async saver for ``connections``' database; close it on exit.
 
-    ``memory://`` → ``InMemorySaver``; SQLite → ``AsyncSqliteSaver``; PostgreSQL →
+    ``memory://`` → ``InMemorySaver``; SQLite → ``InlineSqliteSaver``; PostgreSQL →
     ``AsyncPostgresSaver`` on the shared pool.
     """
     backend = connections.database.url.backend
     if backend == "memory":
         yield InMemorySaver()
     elif backend == "sqlite":
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+        from agentkeel.runtime.checkpoints.sqlite_saver import open_inline_sqlite_saver
 
-        async with sqlite_connection(connections) as conn:
-            saver = AsyncSqliteSaver(conn)
-            async with serialized_sqlite_setup(Path(connections.database.url.target)):
+        path = Path(connections.database.url.target)
+        async with open_inline_sqlite_saver(path) as saver:
+            async with serialized_sqlite_setup(path):
                 await saver.setup()
             yield saver
     else:

@@ -10,8 +10,8 @@ admission across processes, and that is decided here once:
   in WAL mode they never block a writer and never need the upgrade. The connections run on the
   event loop's thread (``runtime/sqlite_inline.py``) with ``busy_timeout = 0``: a lock held by
   another connection fails the statement at once, and ``transaction`` waits for it here, with
-  ``asyncio.sleep``, for as long as SQLite's own busy handler would have (``SQLITE_BUSY_TIMEOUT_MS``),
-  then retries with a backoff as before.
+  ``asyncio.sleep``, for as long as SQLite's own busy handler would have, then retries with a
+  backoff (``retry_while_busy``).
 * PostgreSQL: the stores lock the thread row (``SELECT ... FOR UPDATE``) inside the transaction.
 """
 
@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import sqlite3
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
@@ -33,8 +30,10 @@ from sqlalchemy import Connection, Executable, Insert, Table, event, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agentkeel.runtime.sqlite_inline import SQLITE_BUSY_TIMEOUT_MS, retry_while_busy
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +42,6 @@ T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 READ_ONLY = "agentkeel_read_only"  # execution option: open the transaction with a plain BEGIN
 SINGLE = "agentkeel_single_statement"  # execution option (SQLite): one statement, no BEGIN
-SQLITE_BUSY_TIMEOUT_MS = 10_000
-BUSY_POLL_S = (0.001, 0.025)  # waiting out another connection's lock: first poll, cap (doubling)
-BUSY_RETRIES = 5  # after SQLITE_BUSY_TIMEOUT_MS of polling; attempts beyond the first
-BUSY_BACKOFF_S = (0.05, 1.0)  # initial, cap; doubles per attempt, with jitter
 # An arbitrary constant key for pg_advisory_xact_lock: "run migrations one process at a time".
 PG_MIGRATION_LOCK = 0x6B65656C  # "keel"
 
@@ -62,18 +57,6 @@ def is_unique_violation(exc: BaseException) -> bool:
         "SQLITE_CONSTRAINT_UNIQUE",
         "SQLITE_CONSTRAINT_PRIMARYKEY",
     )
-
-
-def _is_busy(exc: BaseException) -> bool:
-    if not isinstance(exc, OperationalError):
-        return False
-    orig = exc.orig
-    if isinstance(orig, sqlite3.Error) and orig.sqlite_errorname.startswith(
-        ("SQLITE_BUSY", "SQLITE_LOCKED")
-    ):
-        return True
-    message = str(orig).lower()
-    return "database is locked" in message or "database is busy" in message
 
 
 def _install_sqlite_hooks(engine: AsyncEngine) -> None:
@@ -130,36 +113,18 @@ class SqlDatabase:
         ``single``: ``work`` executes exactly one statement, which is atomic on its own, so no
         ``BEGIN``/``COMMIT`` is sent around it: on PostgreSQL one round trip instead of three.
 
-        A busy error rolls the transaction back, so running ``work`` again is safe. For the first
-        ``SQLITE_BUSY_TIMEOUT_MS`` the retries poll quickly and quietly (what SQLite's busy handler
-        does, without holding the loop); then ``BUSY_RETRIES`` more with a backoff, each logged.
+        A busy error rolls the transaction back, so running ``work`` again is safe.
         """
-        delay, cap = BUSY_BACKOFF_S
-        attempt = 0
-        poll = BUSY_POLL_S[0]
-        waiting_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                async with self._serialised(read_only), self.engine.connect() as conn:
-                    options = self._options(read_only, single)
-                    if options:
-                        await conn.execution_options(**options)
-                    async with conn.begin():
-                        return await work(conn)
-            except DBAPIError as exc:
-                if not _is_busy(exc):
-                    raise
-                left = waiting_until - time.monotonic()
-                if left > 0:
-                    await asyncio.sleep(min(poll, left))
-                    poll = min(poll * 2, BUSY_POLL_S[1])
-                    continue
-                if attempt == BUSY_RETRIES:
-                    raise
-                attempt += 1
-                log.warning("database busy (attempt %d), retrying: %s", attempt, exc.orig)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, cap)
+
+        async def attempt() -> T:
+            async with self._serialised(read_only), self.engine.connect() as conn:
+                options = self._options(read_only, single)
+                if options:
+                    await conn.execution_options(**options)
+                async with conn.begin():
+                    return await work(conn)
+
+        return await retry_while_busy(attempt)
 
     def _options(self, read_only: bool, single: bool) -> dict[str, Any]:
         if single:
