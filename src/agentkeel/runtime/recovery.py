@@ -14,7 +14,9 @@ completed here whatever the policy: the run ends ``interrupted`` with the reques
 
 What the lost attempt recorded is not thrown away: its stop reasons and token usage are rebuilt
 from its journal, so the run record says what the run spent and why, even though the process that
-knew it in memory is gone.
+knew it in memory is gone. The recovering process counts the recovery (``RunMetrics.recovered``:
+policy and outcome) and, for a run it ends, runs the completion hooks, as the run's own process
+would have.
 """
 
 from __future__ import annotations
