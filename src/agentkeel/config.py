@@ -175,6 +175,13 @@ class GatewayConfig(_Strict):
         return hosts
 
 
+class WorkerConfig(_Strict):
+    """``keel worker``: its own Prometheus endpoint (``/metrics``, ``/healthz``), off unless a port is set."""
+
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None  # 0: any free port
+    metrics_host: str = "127.0.0.1"  # no authentication: loopback unless the network in front decides
+
+
 HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
 
@@ -340,6 +347,7 @@ class KeelConfig(_Strict):
     limits: Limits = Field(default_factory=Limits)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
 

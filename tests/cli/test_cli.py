@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,15 @@ def test_loopback_hosts_are_recognised() -> None:
 
     assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "LOCALHOST"))
     assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", "localhost.evil"))
+
+
+def test_worker_metrics_port_in_use_or_out_of_range_is_a_cli_error(workdir: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        refused = keel("worker", "--metrics-port", str(port), cwd=workdir)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in refused.stderr and "ready" not in refused.stdout
+    out_of_range = keel("worker", "--metrics-port", "70000", cwd=workdir)
+    assert out_of_range.returncode == 2 and "--metrics-port" in out_of_range.stderr and "65535" in out_of_range.stderr

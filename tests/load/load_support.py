@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -103,8 +103,9 @@ class Proc:
         return int(self.process.returncode)
 
 
-def spawn(config: Path, kind: str, name: str) -> Proc:
-    """Start ``keel worker`` (kind ``worker``) or ``keel serve --no-worker`` (kind ``gateway``)."""
+def spawn(config: Path, kind: str, name: str, extra: Sequence[str] = ()) -> Proc:
+    """Start ``keel worker`` (kind ``worker``) or ``keel serve --no-worker`` (kind ``gateway``),
+    with ``extra`` arguments (``--metrics-port 0``)."""
     env = {k: v for k, v in os.environ.items() if k not in _OVERRIDING_ENV}
     env.setdefault("PYTHONUNBUFFERED", "1")
     base = [sys.executable, "-m", "agentkeel.cli"]
@@ -112,6 +113,7 @@ def spawn(config: Path, kind: str, name: str) -> Proc:
         command = [*base, "worker", "--config", str(config)]
     else:
         command = [*base, "serve", "--no-worker", "--config", str(config), "--host", "127.0.0.1", "--port", "0"]
+    command += list(extra)
     log = config.parent / f"{name}.log"
     with log.open("ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=config.parent)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from runtime_support import (
     FAST,
     Keel,
@@ -26,6 +27,7 @@ from runtime_support import (
     thread_status,
     turn,
     wait_status,
+    wait_until,
 )
 
 from agentkeel.runtime.bridge import EventKind
@@ -41,6 +43,21 @@ async def lose_owner(rt: Runtime, run_id: str) -> None:
     past = datetime.now(UTC) - timedelta(seconds=5)
     claimed = await rt.store.claim_next(GHOST, past, datetime.now(UTC), run_ids=[run_id])
     assert claimed is not None and claimed.status is RunStatus.running
+
+
+def counted(rt: Runtime, name: str, **labels: str) -> float:
+    """One sample of the runtime's run metrics, read as Prometheus reads it."""
+    for family in text_string_to_metric_families(rt.metrics.exposition().decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+async def recoveries(rt: Runtime, policy: str, outcome: str) -> float:
+    """The recovery counter once it moved (it moves just after the durable record)."""
+    labels = {"policy": policy, "outcome": outcome}
+    return float(await wait_until(lambda: counted(rt, "agentkeel_lease_recoveries_total", **labels), 5, what=labels))
 
 
 def config(keel: Keel, policy: str = "fail", **models: list[dict[str, Any]]) -> Any:
@@ -69,6 +86,8 @@ async def test_fail_policy_ends_a_lost_run_and_frees_its_thread(keel: Keel) -> N
         assert [e.data["code"] for e in data_events(items, "stop_reason")] == ["worker_lost"]
         journal = await rt.journal.list(lost.run_id)
         assert [e.kind for e in journal][-3:] == ["run.recovered", "stop_reason", "run.end"]
+        assert await recoveries(rt, "fail", "error") == 1  # counted by the process that recovered it
+        assert counted(rt, "agentkeel_runs_finished_total", status="error", stop_reason="worker_lost") == 1
         # The thread is free again: the queued run runs to the end.
         assert (await finished(rt, queued.run_id)).status is RunStatus.success
         assert await thread_status(rt, thread) == "idle"
@@ -85,6 +104,8 @@ async def test_resume_policy_continues_a_lost_run_under_a_new_attempt(keel: Keel
         record = await finished(rt, lost.run_id)
         assert record.status is RunStatus.success, record.error
         assert record.attempt == 2
+        assert await recoveries(rt, "resume", "resumed") == 1
+        assert counted(rt, "agentkeel_lease_recoveries_total", policy="fail", outcome="error") == 0
         kinds = [e.kind for e in await rt.journal.list(lost.run_id)]
         assert kinds.index("run.recovered") < kinds.index("run.start")
         start_event = next(e for e in await rt.journal.list(lost.run_id) if e.kind == "run.start")
@@ -105,6 +126,7 @@ async def test_a_cancel_stored_for_a_dead_owner_is_completed_by_recovery(keel: K
         assert record.status is RunStatus.interrupted
         assert record.stop_reason == "cancelled"  # the cancel came first: it is the primary reason
         assert {e["code"] for e in record.stop_reasons} == {"cancelled", "worker_lost"}
+        assert await recoveries(rt, "fail", "interrupted") == 1  # a stored control request: fail, whatever the policy
 
 
 @backend_matrix(SHARED)

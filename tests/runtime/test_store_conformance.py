@@ -330,6 +330,20 @@ async def test_list_runs_filters_and_orders_newest_first(empty_stores: Stores) -
     assert await run_store.list_runs(thread_id="nobody") == []
 
 
+async def test_count_runs_counts_each_asked_status(empty_stores: Stores) -> None:
+    run_store, _ = empty_stores
+    statuses = [RunStatus.pending, RunStatus.running]
+    assert await run_store.count_runs(statuses) == {RunStatus.pending: 0, RunStatus.running: 0}
+    a, b, c = run("thread-a"), run("thread-b"), run("thread-b", MultitaskStrategy.enqueue)
+    d = run("thread-d")
+    for record in (a, b, c, d):
+        await run_store.admit(record)
+    await run_store.mark_running(b.run_id, 1, "w", None)
+    await run_store.finish(d.run_id, 1, DONE)
+    assert await run_store.count_runs(statuses) == {RunStatus.pending: 2, RunStatus.running: 1}
+    assert await run_store.count_runs([RunStatus.success, RunStatus.error]) == {RunStatus.success: 1, RunStatus.error: 0}
+
+
 async def test_delete_run_removes_its_journal(stores: Stores, tid: str) -> None:
     run_store, journal = stores
     a = (await run_store.admit(run(tid))).record

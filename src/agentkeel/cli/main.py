@@ -283,12 +283,26 @@ def serve(
 
 
 @app.command()
-def worker(config: ConfigOpt = None) -> None:
-    """Execute runs without serving HTTP: claim them from the shared database, renew their leases,
+def worker(
+    config: ConfigOpt = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="Serve /metrics and /healthz on this port (0: any free port; "
+        "default: worker.metrics_port, else none).")] = None,
+    metrics_host: Annotated[str | None, typer.Option(
+        help="Interface of the metrics endpoint (default: worker.metrics_host, 127.0.0.1).")] = None,
+) -> None:
+    """Execute runs without serving the API: claim them from the shared database, renew their leases,
     recover the runs of lost workers; until SIGTERM/SIGINT, then drain and exit 0."""
     from agentkeel.cli.worker import run_worker
 
     cfg, harness = _setup(config)
+    if metrics_port is not None:
+        cfg.worker.metrics_port = metrics_port
+    if metrics_host is not None:
+        cfg.worker.metrics_host = metrics_host
+    if cfg.worker.metrics_port is not None and not is_loopback_host(cfg.worker.metrics_host):
+        err.print(f"[yellow]The metrics endpoint on {cfg.worker.metrics_host!r} has no authentication: "
+                  "anyone who can reach the port can read the worker's metrics.[/]")
     _warn_unusable(harness)
     raise typer.Exit(run_worker(cfg, harness))
 

@@ -8,6 +8,9 @@ Signals: the first SIGTERM/SIGINT stops claiming and gives running runs ``gatewa
 finish, then interrupts and finalizes the rest; a second one interrupts at once. Whatever a dead
 database or Redis does to finalization, the process is gone ``FORCE_EXIT_S`` after the signal that
 asked it to stop: its unfinished runs are then recovered by another worker when their leases expire.
+
+With ``worker.metrics_port`` (or ``--metrics-port``) the worker also serves ``/metrics`` and
+``/healthz`` (``worker_http.py``) for as long as it runs, its drain included.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 
 import typer
 
+from agentkeel.cli.worker_http import MetricsServer, bind_metrics_socket, metrics_app
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
@@ -27,10 +32,20 @@ FORCE_EXIT_S = 10.0
 
 
 def run_worker(config: KeelConfig, harness: Harness) -> int:
-    return asyncio.run(_serve_runs(config, harness))
+    """Execute runs until a signal; 0 after a clean drain, 2 when the metrics port cannot be bound."""
+    sock = None
+    port = config.worker.metrics_port
+    if port is not None:
+        host = config.worker.metrics_host
+        try:
+            sock = bind_metrics_socket(host, port)
+        except OSError as exc:
+            typer.secho(f"keel worker: cannot serve metrics on {host}:{port}: {exc}", err=True, fg="red")
+            return 2
+    return asyncio.run(_serve_runs(config, harness, sock))
 
 
-async def _serve_runs(config: KeelConfig, harness: Harness) -> int:
+async def _serve_runs(config: KeelConfig, harness: Harness, metrics_sock: socket.socket | None = None) -> int:
     stop = asyncio.Event()
     opened: list[Runtime] = []
     signals = 0
@@ -51,9 +66,19 @@ async def _serve_runs(config: KeelConfig, harness: Harness) -> int:
         loop.add_signal_handler(sig, on_signal)
     async with open_runtime(config, harness=harness, drain_s=config.gateway.drain_s) as runtime:
         opened.append(runtime)
+        server = None
+        if metrics_sock is not None:
+            app = metrics_app(runtime.metrics, runtime.manager.owner, stop.is_set)
+            server = MetricsServer(metrics_sock, app)
+            await server.start()
+            typer.echo(f"AgentKeel worker metrics on {server.url}/metrics")
         typer.echo(f"AgentKeel worker {runtime.manager.owner} ready ({config.database_url})")
-        await stop.wait()
-        await runtime.manager.shutdown(config.gateway.drain_s)
+        try:
+            await stop.wait()
+            await runtime.manager.shutdown(config.gateway.drain_s)
+        finally:
+            if server is not None:
+                await server.stop()
     return 0
 
 

@@ -7,8 +7,8 @@ variables, or ``trace.set_tracer_provider`` in its own entry point) gets the spa
 package, nothing is imported and nothing happens.
 
 Why from the journal, when the run ends, and not live: the journal already holds every model call
-(with its latency) and tool call (with its duration) with the time it was recorded, and the
-finished-run hook has read it for the metrics. Building the spans there gives each span its
+(with its latency) and tool call (with its duration) with the time it was recorded, read once by
+the finished-run hook (only when a provider is installed). Building the spans there gives each span its
 recorded start and end (``start_time``/``end_time``), nests them under one run span, and adds no
 code to the run's hot path; the cost is that a run's trace appears when the run ends.
 """

@@ -73,6 +73,7 @@ class Claimer:
         self.recovery = Recovery(
             deps.store, deps.journal_store, deps.bridge, deps.owner, keeper.expiry,
             limits.stream_retention, policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
+            metrics=deps.metrics, completion_hooks=deps.completion_hooks, hook_bound_s=limits.finalize_step_s,
         )
         notifier.add_listener(self._heard)
 

@@ -82,6 +82,8 @@ log = logging.getLogger(__name__)
 # Largest single ``append``: after an outage the buffer may hold thousands of events, and one huge
 # statement is both slow and more likely to fail as a whole.
 _MAX_BATCH = 500
+# Sees each event as it is recorded, on whichever thread recorded it; must be quick and thread-safe.
+Observer = Callable[[JournalEvent], None]
 # Longest wait between retries of a store that keeps failing (the delay doubles from ``flush_ms``).
 _MAX_RETRY_DELAY_S = 5.0
 
@@ -106,6 +108,7 @@ class Journal:
         max_buffer: int = 10_000,
         last_seq: int = 0,
         attempt: int | None = None,
+        observer: Observer | None = None,
     ) -> None:
         if flush_every < 1 or max_buffer < flush_every:
             raise ValueError("need 1 <= flush_every <= max_buffer")
@@ -142,6 +145,7 @@ class Journal:
         self.attempt = attempt  # the coordinate's attempt and step (see :meth:`coordinate`)
         self._step: int | None = None
         self._step_floor: dict[int, int] = {}  # step -> the last seq recorded before it began
+        self._observer = observer
 
     @classmethod
     async def open(
@@ -154,12 +158,14 @@ class Journal:
         flush_ms: int = 250,
         max_buffer: int = 10_000,
         attempt: int | None = None,
+        observer: Observer | None = None,
     ) -> Journal:
         """Open the run's journal; raises if the store cannot be read (a run error, not a warning).
 
         ``flush_ms`` is the oldest a buffered event gets before it is written (``limits.journal_flush_ms``):
         the most of the journal a crash can lose. If the run already has events (a recovered run's
-        next attempt), seqs continue after them.
+        next attempt), seqs continue after them. ``observer`` sees each event as it is recorded
+        (the process's run metrics count model calls there, mid-run).
         """
         first = await store.list(run_id, limit=1)
         last_seq = await _last_stored_seq(store, run_id, first[0].seq) if first else 0
@@ -175,6 +181,7 @@ class Journal:
             max_buffer=max_buffer,
             last_seq=last_seq,
             attempt=attempt,
+            observer=observer,
         )
 
     # -- the coordinate ------------------------------------------------------------------------
@@ -348,6 +355,7 @@ class Journal:
             if not self._timer_armed:
                 self._timer_armed = arm = True
         self._warn_dropped(dropped)
+        self._observe(event)
         if flush and not self._on_loop(self._start_flush_task):
             with self._lock:
                 self._flush_pending = False
@@ -417,6 +425,15 @@ class Journal:
             delay = min(self._interval * 2**self._failures, _MAX_RETRY_DELAY_S)
             self._retry_at = time.monotonic() + delay
         self._warn_dropped(dropped)
+
+    def _observe(self, event: JournalEvent) -> None:
+        """Hand the event to the observer; whatever it does, the run must not notice."""
+        if self._observer is None:
+            return
+        try:
+            self._observer(event)
+        except Exception:
+            log.exception("journal %s: the observer failed on a %s event", self.run_id, event.kind)
 
     def _warn_dropped(self, count: int) -> None:
         if count:

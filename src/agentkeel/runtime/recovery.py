@@ -14,7 +14,9 @@ completed here whatever the policy: the run ends ``interrupted`` with the reques
 
 What the lost attempt recorded is not thrown away: its stop reasons and token usage are rebuilt
 from its journal, so the run record says what the run spent and why, even though the process that
-knew it in memory is gone.
+knew it in memory is gone. The recovering process counts the recovery (``RunMetrics.recovered``:
+policy and outcome) and, for a run it ends, runs the completion hooks, as the run's own process
+would have.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.journal import Journal
+from agentkeel.runtime.metrics import RESUMED, RunMetrics
 from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus, utcnow
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.thread_status import AFTER_RUN
@@ -41,6 +44,7 @@ RECOVER_CONCURRENCY = 8
 
 Policy = Callable[[RunRecord], str]  # the run's on_worker_lost: fail | resume
 Resume = Callable[[RunRecord, int], None]  # execute the claimed run; the lost attempt
+Hook = Callable[[RunRecord], Awaitable[None]]  # a completion hook (``worker.CompletionHook``)
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -107,7 +111,12 @@ class Recovery:
         policy: Policy,
         resume: Resume,
         on_freed: Callable[[str], Any],
+        metrics: RunMetrics | None = None,
+        completion_hooks: Sequence[Hook] = (),
+        hook_bound_s: float = 10.0,
     ) -> None:
+        """``completion_hooks`` run for a run that recovery ends (``fail``), each within
+        ``hook_bound_s``, as they do for a run that ends where it executed."""
         self._store = store
         self._journal_store = journal_store
         self._bridge = bridge
@@ -117,6 +126,9 @@ class Recovery:
         self._policy = policy
         self._resume = resume
         self._on_freed = on_freed
+        self._metrics = metrics or RunMetrics()
+        self._hooks = list(completion_hooks)
+        self._hook_bound_s = hook_bound_s
 
     async def sweep(self) -> int:
         """Recover every run whose lease expired or whose owner on this host is dead; how many."""
@@ -156,11 +168,23 @@ class Recovery:
         if policy == "resume":
             await journal.close()
             self._resume(claimed, record.attempt)
+            self._metrics.recovered(policy, RESUMED)
             return True
-        await self._end_lost(claimed, record, journal)
+        finished = await self._end_lost(claimed, record, journal)
+        self._metrics.recovered(policy, finished.status.value)
+        await self._run_hooks(finished)
         return True
 
-    async def _end_lost(self, claimed: RunRecord, lost: RunRecord, journal: Journal) -> None:
+    async def _run_hooks(self, finished: RunRecord) -> None:
+        """The completion hooks of a run this process ended; one failing never skips the next."""
+        for hook in self._hooks:
+            try:
+                async with asyncio.timeout(self._hook_bound_s):
+                    await hook(finished)
+            except Exception:
+                log.exception("run %s: completion hook %s failed", finished.run_id, getattr(hook, "__name__", hook))
+
+    async def _end_lost(self, claimed: RunRecord, lost: RunRecord, journal: Journal) -> RunRecord:
         reasons, usage = await history_of(self._journal_store, claimed.run_id)
         await continue_stream(self._bridge, claimed, self._retention)
         control = claimed.control
@@ -201,6 +225,7 @@ class Recovery:
         # After the durable record: an observer that misses END ends from the record.
         await self._bridge.publish_end(claimed.run_id)
         await self._on_freed(finished.thread_id)
+        return finished
 
 
 __all__ = ["Recovery", "continue_stream", "history_of", "owner_is_dead"]

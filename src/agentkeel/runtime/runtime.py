@@ -27,6 +27,7 @@ from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode,
 from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import Executes, RunManager
+from agentkeel.runtime.metrics import RunMetrics
 from agentkeel.runtime.notify import open_notifier
 from agentkeel.runtime.stores.assistants import AssistantStore
 from agentkeel.runtime.stores.base import JournalStore, RunStore
@@ -49,6 +50,7 @@ class Runtime:
     manager: RunManager
     assistants: AssistantStore
     kv_store: BaseStore  # LangGraph's store, bound to every graph as ``store``
+    metrics: RunMetrics  # this process's run series (``runtime/metrics.py``)
     _accessors: dict[str, StateAccessor] = field(default_factory=dict)
 
     async def accessor(self, assistant_id: str = "lead") -> StateAccessor:
@@ -77,11 +79,13 @@ async def open_runtime(
     completion_hooks: list[CompletionHook] | None = None,
     drain_s: float = 5.0,
     executes: Executes = "all",
+    metrics: RunMetrics | None = None,
 ) -> AsyncIterator[Runtime]:
     """``harness``: one already built from ``config`` (the CLI builds it first to report a broken
     config cleanly); by default it is built here. ``executes`` says which runs this process claims
     and executes (``RunManager``): ``all`` (a worker: it also recovers lost runs from the start),
-    ``own`` (only the runs it admits), ``none`` (admits, controls and reads only)."""
+    ``own`` (only the runs it admits), ``none`` (admits, controls and reads only). ``metrics``:
+    where the runs executed here are counted (a new ``RunMetrics`` by default; ``runtime.metrics``)."""
     freeze_checkpoint_mode(config.checkpoint_mode)
     # The server's secrets never reach a record, a stream or a log line (redaction.py says where).
     redaction.install([*(m.api_key_env for m in config.models if m.api_key_env), *config.auth.secret_envs()])
@@ -89,6 +93,7 @@ async def open_runtime(
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
     config.data_path.mkdir(parents=True, exist_ok=True)
     limits = config.limits
+    metrics = metrics or RunMetrics()
     async with open_connections(config.db) as connections:
         store, journal, assistants = await open_stores(connections)
         bridge = open_bridge(
@@ -107,16 +112,18 @@ async def open_runtime(
                     store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
                     harness=harness, config=config, owner=worker_id(),
                     checkpoint_mode=config.checkpoint_mode,
-                    completion_hooks=list(completion_hooks or []), kv_store=kv_store,
+                    completion_hooks=[metrics.finished, *(completion_hooks or [])], kv_store=kv_store,
+                    metrics=metrics,
                 )
                 manager = RunManager(
                     deps, harness, limits, open_notifier(connections, store), executes=executes
                 )
+                metrics.bind(lambda: manager.in_flight, lambda: bridge.publish_failures)
                 try:
                     await manager.start()
                     yield Runtime(
                         config, store, journal, bridge, checkpointer, harness, manager, assistants,
-                        kv_store,
+                        kv_store, metrics,
                     )
                 finally:
                     await manager.shutdown(drain_s)

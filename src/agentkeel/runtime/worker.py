@@ -55,6 +55,7 @@ from agentkeel.runtime.delegations import close_run_delegations
 from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
+from agentkeel.runtime.metrics import RunMetrics
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import continue_stream, history_of
 from agentkeel.runtime.redaction import redact, redact_json
@@ -90,6 +91,8 @@ class WorkerDeps:
     owner: str
     checkpoint_mode: str = "full"
     completion_hooks: list[CompletionHook] = field(default_factory=list)
+    # This process's run series: every journal record of a run executed here passes through it.
+    metrics: RunMetrics = field(default_factory=RunMetrics)
     kv_store: BaseStore | None = None  # bound to the graph as ``store``; None keeps the graph's own
     # Re-runs whose tool calls the recording answers (thread id -> answerer; ``runtime/tool_replay.py``).
     tool_replays: dict[str, ToolReplay] = field(default_factory=dict)
@@ -174,7 +177,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     prepared = active.prepared
     state.journal = await Journal.open(
         deps.journal_store, record.run_id, record.thread_id, flush_ms=deps.config.limits.journal_flush_ms,
-        attempt=record.attempt,
+        attempt=record.attempt, observer=deps.metrics.journaled,
     )
     active.journal = state.journal
     state.started = True  # claimed: the record is ``running`` under this attempt's lease

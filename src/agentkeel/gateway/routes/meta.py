@@ -3,8 +3,8 @@
 ``/healthz`` answers as long as the process serves HTTP; ``/readyz`` also proves that the run
 store and the stream bridge answer (and turns 503 while the gateway drains, so a load balancer
 stops sending work before runs are interrupted). ``/metrics`` is the Prometheus exposition of
-``gateway.metrics``: what this process saw since it started; durable totals are in the store
-(``GET /threads/{id}/runs``, ``keel runs list``).
+``gateway.metrics``: what this process saw since it started, and the store's live runs by status;
+durable totals are in the store (``GET /threads/{id}/runs``, ``keel runs list``).
 """
 
 from __future__ import annotations
@@ -75,4 +75,4 @@ async def _probe(check: Any) -> str:
 
 @router.get("/metrics", response_class=Response)
 async def metrics(gw: GW) -> Response:
-    return Response(gw.metrics.exposition(), media_type=CONTENT_TYPE)
+    return Response(await gw.metrics.exposition(), media_type=CONTENT_TYPE)

@@ -189,6 +189,11 @@ class RunStore(ABC):
         """Newest first."""
 
     @abstractmethod
+    async def count_runs(self, statuses: list[RunStatus]) -> dict[RunStatus, int]:
+        """How many runs have each of ``statuses`` (every one present, 0 when none): one indexed
+        count for ``/metrics``, meant for the live statuses, whose rows the queue bounds."""
+
+    @abstractmethod
     async def active_runs(self, thread_id: str) -> list[RunRecord]:
         """Pending and running runs of the thread in admission order (oldest first)."""
 

@@ -323,6 +323,11 @@ class MemoryRunStore(RunStore):
             )
             return [_copy_run(r) for r in runs[offset : offset + limit]]
 
+    async def count_runs(self, statuses: list[RunStatus]) -> dict[RunStatus, int]:
+        async with self._lock:
+            found = [r.status for r in self._runs.values()]
+        return {s: found.count(s) for s in statuses}
+
     async def active_runs(self, thread_id: str) -> list[RunRecord]:
         async with self._lock:
             return [_copy_run(r) for r in self._active(thread_id)]

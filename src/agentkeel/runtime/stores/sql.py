@@ -423,6 +423,11 @@ class SqlRunStore(SqlBacked, RunStore):
         )
         return [_to_run(row) for row in await self._db.rows(query)]
 
+    async def count_runs(self, statuses: list[RunStatus]) -> dict[RunStatus, int]:
+        query = select(runs.c.status, func.count().label("n")).where(runs.c.status.in_([s.value for s in statuses]))
+        found = {row["status"]: row["n"] for row in await self._db.rows(query.group_by(runs.c.status))}
+        return {s: int(found.get(s.value, 0)) for s in statuses}
+
     async def active_runs(self, thread_id: str) -> list[RunRecord]:
         return [_to_run(row) for row in await self._db.rows(_active_query(thread_id))]
 
