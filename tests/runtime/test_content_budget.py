@@ -70,6 +70,21 @@ async def test_many_concurrent_runs_stay_under_the_process_budget_with_unchanged
     assert budget.held == 0
 
 
+def test_memos_converge_to_equal_shares_instead_of_taking_entries_from_each_other() -> None:
+    budget = ContentBudget(30_000)
+    first, second = EventEncoder(budget=budget), EventEncoder(budget=budget)
+    one, two = {"messages": thread(1, 30)}, {"messages": thread(2, 30)}
+    assert first.encode(one) == reference(one)
+    assert first.held_bytes > 25_000  # alone, it may use (nearly) the whole budget
+    assert second.encode(two) == reference(two)
+    entry = max(len(reference(m)) for m in thread(1, 1))  # the largest single message
+    assert abs(first.held_bytes - second.held_bytes) <= 2 * entry  # the newcomer took its share
+    held = second.held_bytes
+    for _ in range(3):  # the first run re-sending its history cannot take the share back
+        assert first.encode(one) == reference(one)
+    assert second.held_bytes == held and budget.held == first.held_bytes + held <= 30_000
+
+
 def test_a_snapshot_takes_room_from_the_memos_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
     budget = ContentBudget(20_000)
     encoder = EventEncoder(budget=budget)

@@ -8,7 +8,8 @@ all runs of the process hold together; the per-run bounds still apply within it.
 Two kinds of holder, with different rights:
 
 * **caches** (encoder memos) are reclaimable. They hold bytes only while nobody needs them more:
-  when any holder asks for room, cached bytes are shed, the largest cache first and its least
+  a reservation sheds any of them, and a cache that wants to grow sheds only larger ones, so the
+  memos of concurrent runs converge to equal shares; the largest cache goes first, its least
   recently used entries first. Losing a cache entry costs re-encoding, never a different output.
 * **reservations** (snapshot content) are not reclaimable: the content is what a rollback puts
   back. A reservation that does not fit even after shedding every cache is refused; the snapshot
@@ -73,18 +74,35 @@ class ContentBudget:
         with self._lock:
             self._caches.discard(cache)
 
-    def reserve(self, nbytes: int) -> bool:
+    def reserve(self, nbytes: int, cache: Reclaimable | None = None) -> bool:
         """Charge ``nbytes`` if they fit, shedding caches first when they do not; ``False`` (and
-        nothing charged) when even that leaves too little room."""
+        nothing charged) when even that leaves too little room.
+
+        A reservation (``cache`` ``None``) may shed any cache. A cache growing itself (``cache``:
+        the asker) may only shed caches that would still be larger than it: memos converge to
+        equal shares instead of taking entries from each other in turn, and one already at its
+        share (the budget over the number of caches) is refused at once, without a scan. A refused
+        memo keeps what it has, which for a ``values`` stream re-sending its history in order
+        keeps hitting, where evicting its oldest entries to admit new ones would miss every time.
+        """
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0")
         if self._try_charge(nbytes):
             return True
-        self._make_room(nbytes)
+        if cache is None:
+            self._make_room(nbytes, above=0)
+        else:
+            after = cache.held_bytes + nbytes
+            with self._lock:
+                share = (self.max_bytes or 0) // max(1, len(self._caches))
+            if after > share:
+                return False
+            self._make_room(nbytes, above=after)
         if self._try_charge(nbytes):
             return True
-        with self._lock:
-            self.refused += 1
+        if cache is None:
+            with self._lock:
+                self.refused += 1
         return False
 
     def release(self, nbytes: int) -> None:
@@ -102,17 +120,19 @@ class ContentBudget:
             self.peak = max(self.peak, self._held)
             return True
 
-    def _make_room(self, nbytes: int) -> None:
-        """Shed caches, largest first, until ``nbytes`` more would fit or no cache holds anything."""
+    def _make_room(self, nbytes: int, above: int) -> None:
+        """Shed caches holding more than ``above`` bytes, largest first, until ``nbytes`` more
+        would fit or no such cache is left."""
         if self.max_bytes is None or nbytes > self.max_bytes:
             return  # unbounded, or could never fit: shedding would only cost re-encoding
         while True:
             with self._lock:
                 excess = self._held + nbytes - self.max_bytes
-                caches = [cache for cache in self._caches if cache.held_bytes > 0]
+                caches = [cache for cache in self._caches if cache.held_bytes > above]
             if excess <= 0 or not caches:
                 return
-            if not max(caches, key=lambda cache: cache.held_bytes).shed(excess):
+            largest = max(caches, key=lambda cache: cache.held_bytes)
+            if not largest.shed(min(excess, largest.held_bytes - above)):
                 return  # emptied meanwhile by its own thread: look again next time
 
 

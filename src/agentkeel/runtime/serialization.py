@@ -74,8 +74,9 @@ class EventEncoder:
     once, and remembering them would keep every token of the run.
 
     With a ``budget``, every remembered byte is charged to it and the memo is a reclaimable cache
-    of it: another run (or a snapshot) needing room makes it shed its oldest entries, and an entry
-    the budget has no room for is simply not remembered. Either way the next encoding of that
+    of it: a snapshot, or a run with a smaller memo, needing room makes it shed its oldest
+    entries, and an entry the budget has no room for (this memo has its share) is simply not
+    remembered. Either way the next encoding of that
     message is done afresh, to the same bytes. ``close`` gives everything back; the worker calls
     it when the run ends.
 
@@ -151,7 +152,7 @@ class EventEncoder:
             return
         if self._bytes + size > self._max_bytes:  # this run's own bound: its oldest go first
             self.shed(self._bytes + size - self._max_bytes)
-        if self._budget is not None and not self._budget.reserve(size):
+        if self._budget is not None and not self._budget.reserve(size, self):
             return  # no room in the process: encoded afresh next time
         with self._lock:
             self._memo[key] = (value, orjson.Fragment(encoded), size)
