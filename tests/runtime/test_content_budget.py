@@ -173,3 +173,27 @@ async def test_a_run_gives_all_its_content_back_when_it_ends(keel: Keel) -> None
         assert run.status.value == "success"
         assert rt.content.peak >= 50_000  # the "before" snapshot's content was charged...
         assert rt.content.held == 0  # ...and given back with the encoder's memo at the run's end
+
+
+async def test_a_cancelled_capture_gives_its_reservations_back_when_its_walk_ends(tmp_path: Path) -> None:
+    # A run cancelled while its snapshot is being taken: the walk goes on in its thread and must
+    # not leave its reservations charged to the process for good.
+    budget = ContentBudget(10_000)
+    (tmp_path / "a.txt").write_bytes(b"a" * 100)
+    entered, go = threading.Event(), threading.Event()
+
+    def reserve(nbytes: int) -> bool:
+        entered.set()
+        go.wait(5)
+        return budget.reserve(nbytes)
+
+    capture = asyncio.ensure_future(acapture_snapshot(tmp_path, 1_000, 1_000, reserve, budget.release))
+    assert await asyncio.to_thread(entered.wait, 5)
+    capture.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await capture
+    go.set()
+    async with asyncio.timeout(5):
+        while budget.peak == 0 or budget.held:
+            await asyncio.sleep(0.01)
+    assert budget.peak == 100 and budget.held == 0

@@ -146,8 +146,24 @@ async def acapture_snapshot(
     root: Path, max_file_bytes: int, max_total_bytes: int, reserve: Reserve | None = None,
     release: Release | None = None,
 ) -> WorkspaceSnapshot:
-    """``capture_snapshot`` off the event loop (the walk and the hashing block)."""
-    return await asyncio.to_thread(capture_snapshot, root, max_file_bytes, max_total_bytes, reserve, release)
+    """``capture_snapshot`` off the event loop (the walk and the hashing block).
+
+    Cancelled, it still gives back what the walk reserved: a thread cannot be stopped, so the walk
+    finishes on its own and its snapshot's ``content_bytes`` are released then, not leaked."""
+    capture = asyncio.ensure_future(
+        asyncio.to_thread(capture_snapshot, root, max_file_bytes, max_total_bytes, reserve, release)
+    )
+    try:
+        return await asyncio.shield(capture)
+    except asyncio.CancelledError:
+        if release is not None:
+            capture.add_done_callback(lambda done: _release_abandoned(done, release))
+        raise
+
+
+def _release_abandoned(done: asyncio.Future[WorkspaceSnapshot], release: Release) -> None:
+    if not done.cancelled() and done.exception() is None:
+        release(done.result().content_bytes)
 
 
 def _walk(root: Path, rel: str, dirs: set[str]) -> Iterator[tuple[str, os.DirEntry[str]]]:

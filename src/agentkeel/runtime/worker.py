@@ -384,8 +384,7 @@ async def _persist(
             end = journal.unbuffered("run.end", {
                 "status": state.status.value, "error": state.error, "usage": completion.usage,
                 "rolled_back": rolled_back, "attempt": record.attempt,
-                # The stream's last seq (END follows it): a join after the stream is dropped is
-                # told exactly how many events it missed, on any bridge.
+                # The stream's last seq: a join after the stream is dropped learns what it missed.
                 "stream_seq": max(deps.bridge.last_seq(record.run_id) or 0, record.stream_seq),
             }, seq=end_seq)
             end_seq = end.seq

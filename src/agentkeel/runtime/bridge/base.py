@@ -77,9 +77,8 @@ _FROM_START = frozenset({"-1", "-"})
 _EVENT_ID = re.compile(r"([0-9]{1,19})(?:-0)?")
 
 EVENT_OVERHEAD = 160
-"""Bytes counted per retained event beyond its payload, name and coordinate (the event object and
-its id in memory, the entry's ids and field names in Redis): byte budgets are approximate by this
-much per event, and the same on both backends."""
+"""Bytes counted per retained event beyond its payload, name and coordinate (its object and id in
+memory, its ids and field names in Redis): byte budgets are approximate by this much per event."""
 
 READ_BATCH = 256
 """Most events one backend read returns, so a far-behind subscriber never copies a whole window."""
@@ -457,8 +456,7 @@ class StreamBridge(ABC):
 
     @abstractmethod
     async def retained_bytes(self, run_id: str) -> int:
-        """Bytes the run's retained events count for now (``entry_size`` each; 0 without a
-        stream): what ``stream_run_max_bytes`` bounds."""
+        """What ``stream_run_max_bytes`` bounds: the run's retained events' ``entry_size`` sum."""
 
     async def final_seq(self, run_id: str) -> int | None:
         """The last seq of a stream that ended and was dropped, if this bridge still knows it
