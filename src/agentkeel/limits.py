@@ -193,6 +193,10 @@ class Limits(_Strict):
     file_write_max_bytes: Annotated[int, Field(ge=1)] = 10_000_000
     snapshot_max_file_bytes: Annotated[int, Field(ge=0)] = 1_000_000
     snapshot_max_total_bytes: Annotated[int, Field(ge=0)] = 64_000_000
+    # Process-wide: the most run content all runs of this process hold in memory together - their
+    # "before" workspace snapshots' file content and their stream encoders' memos (which give way
+    # first). A file that no longer fits is captured as a hash only: a rollback of it is refused.
+    content_max_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
     stream_retention: Annotated[int, Field(ge=1)] = 10_000
     stream_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
     stream_heartbeat_s: Annotated[float, Field(gt=0)] = 5.0

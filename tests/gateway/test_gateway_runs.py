@@ -235,11 +235,18 @@ async def test_a_reaped_stream_is_answered_from_the_run_record(client: httpx.Asy
     tid = await new_thread(runtime)
     response = await client.post(f"/threads/{tid}/runs/stream", json=ECHO)
     run_id = response.headers["content-location"].rsplit("/", 1)[1]
+    streamed = [f for f in parse_sse(response.text) if "id" in f]
     await runtime.bridge.delete(run_id)
     replay = parse_sse((await client.get(response.headers["location"], headers={"Last-Event-ID": "-1"})).text)
-    # History was asked for and is gone: a gap says so (never a silent truncation), then the record.
-    assert [f["event"] for f in replay] == ["gap", "run_record"]
-    assert replay[1]["data"]["run_id"] == run_id and replay[1]["data"]["status"] == "success"
+    # History was asked for and is gone: a gap says so (never a silent truncation), exactly, then
+    # the state the run ended with (no id: the client's Last-Event-ID stays put), then the record.
+    assert [f["event"] for f in replay] == ["gap", "values", "run_record"]
+    last = int(streamed[-1]["id"].split("-")[0])
+    assert replay[0]["data"] == {"requested_after": 0, "resumed_at": last + 1, "missed": last}
+    joined = (await client.get(response.headers["content-location"] + "/join")).json()  # what /join answers
+    assert "id" not in replay[1] and replay[1]["data"] == streamed[-1]["data"] == joined
+    assert joined["steps"] == 2
+    assert replay[2]["data"]["run_id"] == run_id and replay[2]["data"]["status"] == "success"
     assert parse_sse((await client.get(response.headers["location"])).text) == []  # a live join: nothing
 
 

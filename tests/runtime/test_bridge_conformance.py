@@ -28,6 +28,7 @@ from agentkeel.runtime.bridge import (
     open_bridge,
     parse_event_id,
 )
+from agentkeel.runtime.bridge.base import encode_data, entry_size
 from agentkeel.runtime.bridge.redis import RedisStreamBridge
 
 MakeBridge = Callable[..., StreamBridge]
@@ -44,11 +45,11 @@ async def make_bridge(
 
     def make(
         *, retention: int = 100, ttl_s: float = 30.0, heartbeat_s: float = HB, max_subscribers: int | None = None,
-        end_grace_s: float | None = None,
+        end_grace_s: float | None = None, run_max_bytes: int | None = None,
     ) -> StreamBridge:
         bridge = open_bridge(
             url, retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, prefix=redis_prefix,
-            max_subscribers=max_subscribers, end_grace_s=end_grace_s,
+            max_subscribers=max_subscribers, end_grace_s=end_grace_s, run_max_bytes=run_max_bytes,
         )
         made.append(bridge)
         return bridge
@@ -437,3 +438,54 @@ async def test_a_thread_watch_wakes_on_an_announcement_made_after_it_opened(make
         await asyncio.sleep(0.05)
         await bridge.announce("t")
         assert await asyncio.wait_for(waiter, 2.0)
+
+
+PAD = {"i": 0, "pad": "x" * 980}
+AT = {"run_id": "r", "attempt": 1, "step": 3, "journal_seq": 12}
+
+
+def padded(i: int) -> dict[str, object]:
+    return {**PAD, "i": i}
+
+
+EVENT_BYTES = entry_size("values", encode_data(PAD), encode_data(AT))  # every padded(i < 10) event
+
+
+async def test_a_run_over_its_byte_budget_keeps_its_newest_events_and_reports_a_gap(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(run_max_bytes=4 * EVENT_BYTES)  # room for four events; retention for 100
+    for i in range(10):
+        await bridge.publish("r", "values", padded(i), coordinate=AT)
+        assert await bridge.retained_bytes("r") == min(i + 1, 4) * EVENT_BYTES
+    await bridge.publish_end("r")
+    items = await drain(bridge, "r")
+    assert gaps(items) == [{"requested_after": 0, "resumed_at": 7, "missed": 6}]
+    assert seqs(items) == [7, 8, 9, 10] and [i.data["i"] for i in items if i.kind is EventKind.data] == [6, 7, 8, 9]
+    assert seqs(await drain(bridge, "r", "8")) == [9, 10]  # a cursor within what is kept: no gap
+    assert not gaps(await drain(bridge, "r", "8"))
+
+
+async def test_a_slow_subscriber_overtaken_by_byte_trimming_gets_a_gap(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(run_max_bytes=3 * EVENT_BYTES)
+    await bridge.publish("r", "values", padded(0), coordinate=AT)
+    async with aclosing(bridge.subscribe("r")) as items:
+        assert (await anext(items)).seq == 1
+        for i in range(1, 8):
+            await bridge.publish("r", "values", padded(i), coordinate=AT)
+        await bridge.publish_end("r")
+        rest = [item async for item in items if item.kind is not EventKind.heartbeat]
+    assert gaps(rest) == [{"requested_after": 1, "resumed_at": 6, "missed": 4}]
+    assert seqs(rest) == [6, 7, 8] and rest[-1].kind is EventKind.end
+
+
+async def test_an_event_larger_than_the_byte_budget_is_kept_alone(make_bridge: MakeBridge) -> None:
+    bridge = make_bridge(run_max_bytes=2 * EVENT_BYTES)
+    for i in range(2):
+        await bridge.publish("r", "values", padded(i), coordinate=AT)
+    await bridge.publish("r", "values", {"pad": "y" * (3 * EVENT_BYTES)})
+    assert await bridge.retained_bytes("r") > 2 * EVENT_BYTES  # the newest event always stays
+    await bridge.publish("r", "values", padded(3), coordinate=AT)  # and goes as soon as it is not
+    assert await bridge.retained_bytes("r") == EVENT_BYTES
+    await bridge.publish_end("r")
+    items = await drain(bridge, "r", "1")
+    assert gaps(items) == [{"requested_after": 1, "resumed_at": 4, "missed": 2}] and seqs(items) == [4]
+    assert await bridge.retained_bytes("never-published") == 0

@@ -14,7 +14,7 @@ from agentkeel.runtime.bridge import (
     StreamGone,
     open_bridge,
 )
-from agentkeel.runtime.bridge.memory import EVENT_OVERHEAD
+from agentkeel.runtime.bridge.base import EVENT_OVERHEAD
 
 
 def memory(ttl_s: float = 30.0) -> MemoryStreamBridge:

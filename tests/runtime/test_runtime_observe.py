@@ -11,18 +11,22 @@ from runtime_support import (
     Keel,
     backend_matrix,
     call,
+    data_events,
     finished,
     new_thread_id,
     run_to_end,
     start,
     stream_events,
+    thread_state,
     turn,
     wait_status,
 )
 
 from agentkeel.runtime.bridge import EventKind, InvalidEventId
-from agentkeel.runtime.observe import RUN_RECORD_EVENT, observe
+from agentkeel.runtime.observe import FINAL_VALUES_EVENT, RUN_RECORD_EVENT, observe
 from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.runtime import Runtime
+from agentkeel.runtime.serialization import to_jsonable
 
 pytestmark = backend_matrix(FULL_MATRIX)
 
@@ -84,19 +88,23 @@ async def test_a_malformed_last_event_id_is_refused(keel: Keel) -> None:
 async def test_after_the_stream_is_deleted_the_record_answers_at_once(keel: Keel) -> None:
     async with keel.open(keel.config()) as rt:
         run = await run_to_end(rt, new_thread_id("gone"), "hi")
+        last = data_events(await stream_events(rt, run.run_id, "-1"))[-1].seq
         await rt.bridge.delete(run.run_id)
         assert not await rt.bridge.exists(run.run_id)
-        for cursor in ("-1", "5", "$"):
+        for cursor in ("-1", str(last - 1), str(last), "$"):
             items = []
             # A short heartbeat: if observe fell back to waiting on the stream, one would show up.
             async with asyncio.timeout(2):
                 async for item in observe(rt, run.run_id, last_event_id=cursor, heartbeat_s=0.05):
                     items.append(item)
-            # History was asked for and is gone: a gap says so before the record (not for "$").
-            gap = [] if cursor == "$" else ["gap"]
-            assert [i.event for i in items] == [*gap, RUN_RECORD_EVENT, "__end__"], items
-            if gap:
-                assert items[0].data["requested_after"] == (0 if cursor == "-1" else 5)
+            # History was asked for and is gone: a gap says so, and the final state comes with it
+            # (not for "$", which asked for none, nor at the last event, which missed none).
+            missed = {"-1": last, str(last - 1): 1}.get(cursor)
+            lost = ["gap", FINAL_VALUES_EVENT] if missed else []
+            assert [i.event for i in items] == [*lost, RUN_RECORD_EVENT, "__end__"], items
+            if missed:  # exact on every bridge: the run's run.end journal event kept the last seq
+                after = 0 if cursor == "-1" else last - 1
+                assert items[0].data == {"requested_after": after, "resumed_at": last + 1, "missed": missed}
             record = items[-2].data
             assert record["run_id"] == run.run_id and record["status"] == "success"
             assert record["stop_reasons"] == [] and record["usage"] == run.usage
@@ -105,26 +113,55 @@ async def test_after_the_stream_is_deleted_the_record_answers_at_once(keel: Keel
             assert [i.kind async for i in observe(rt, "never-existed", heartbeat_s=0.05)] == [EventKind.end]
 
 
-async def test_a_join_after_the_end_grace_is_answered_from_the_record_with_a_gap(keel: Keel) -> None:
+async def test_a_join_after_the_end_grace_gets_a_gap_the_final_state_and_end(keel: Keel) -> None:
     # A finished run's stream is dropped soon after END; a later join must neither hang nor look
-    # complete: the record answers it, after a gap for the history it asked for and never read.
-    async with keel.open(keel.config(limits={"stream_end_grace_s": 1.0})) as rt:
-        run = await run_to_end(rt, new_thread_id("grace"), "hi")
+    # complete: a gap for the history it asked for and never read, the state the run ended with,
+    # the record, END.
+    async with keel.open(keel.config({"chatty": CHATTY}, limits={"stream_end_grace_s": 1.0})) as rt:
+        thread_id = new_thread_id("grace")
+        run = await run_to_end(rt, thread_id, "look", stream_mode=["values", "updates"])
         assert rt.bridge.last_seq(run.run_id) is None  # forgotten at END: the counter never outlives the run
         assert await rt.bridge.exists(run.run_id)  # within the grace: replayable
+        live = data_events(await stream_events(rt, run.run_id, "-1"))
         await asyncio.sleep(1.3)
         assert not await rt.bridge.exists(run.run_id)
         async with asyncio.timeout(2):
             items = [i async for i in observe(rt, run.run_id, last_event_id="1", heartbeat_s=0.05)]
-        assert [i.event for i in items] == ["gap", RUN_RECORD_EVENT, "__end__"], items
-        gap = items[0].data
-        assert gap["requested_after"] == 1
-        if keel.backend.stream == "memory":  # the memory bridge remembers a reaped stream's last seq
-            assert gap["missed"] is not None and gap["missed"] >= 1
-            assert gap["resumed_at"] == 1 + gap["missed"] + 1
-        else:  # Redis keeps no second key: the count is unknown, the gap is still said
-            assert gap["missed"] is None
-        assert items[1].data["status"] == "success"
-        async with asyncio.timeout(2):  # a live-only join asked for no history: no gap
-            live = [i.event async for i in observe(rt, run.run_id, last_event_id="$", heartbeat_s=0.05)]
-        assert live == [RUN_RECORD_EVENT, "__end__"]
+        assert [i.event for i in items] == ["gap", FINAL_VALUES_EVENT, RUN_RECORD_EVENT, "__end__"], items
+        last = live[-1].seq
+        assert items[0].data == {"requested_after": 1, "resumed_at": last + 1, "missed": last - 1}
+        final = items[1]
+        assert final.id == ""  # not an event of the stream: a client's Last-Event-ID stays put
+        # The final state is what the live stream's last values event carried, and the thread's.
+        assert final.data == [i for i in live if i.event == "values"][-1].data
+        assert final.data == to_jsonable((await thread_state(rt, thread_id)).values)
+        assert describe_json(final.data["messages"])[-1] == ("ai", "Seen enough.")
+        assert items[2].data["status"] == "success"
+        async with asyncio.timeout(2):  # a live-only join asked for no history: no gap, no state
+            live_join = [i.event async for i in observe(rt, run.run_id, last_event_id="$", heartbeat_s=0.05)]
+        assert live_join == [RUN_RECORD_EVENT, "__end__"]
+
+
+async def test_a_late_join_never_presents_another_runs_state_or_a_failed_runs_as_final(keel: Keel) -> None:
+    async def late_join(rt: Runtime, run_id: str) -> list[str]:
+        async with asyncio.timeout(2):
+            return [i.event async for i in observe(rt, run_id, last_event_id="-1", heartbeat_s=0.05)]
+
+    async with keel.open(keel.config({"chatty": CHATTY}, limits={"stream_end_grace_s": 0.5})) as rt:
+        thread_id = new_thread_id("later")
+        first = await run_to_end(rt, thread_id, "look")
+        second = await run_to_end(rt, thread_id, "again")  # moves the thread on
+        assert first.status == second.status == RunStatus.success
+        await asyncio.sleep(0.8)
+        assert await late_join(rt, first.run_id) == ["gap", RUN_RECORD_EVENT, "__end__"]
+        assert await late_join(rt, second.run_id) == ["gap", FINAL_VALUES_EVENT, RUN_RECORD_EVENT, "__end__"]
+    broken = {"broken": [{"raise": {"kind": "bad_request", "message": "boom"}}]}
+    async with keel.open(keel.config(broken, limits={"stream_end_grace_s": 0.5})) as rt:
+        failed = await run_to_end(rt, new_thread_id("failed"), "look")
+        assert failed.status == RunStatus.error
+        await asyncio.sleep(0.8)
+        assert await late_join(rt, failed.run_id) == ["gap", RUN_RECORD_EVENT, "__end__"]
+
+
+def describe_json(messages: list[dict[str, object]]) -> list[tuple[object, object]]:
+    return [(m["type"], m["content"]) for m in messages]

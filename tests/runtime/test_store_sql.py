@@ -19,9 +19,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentkeel.database import Database
+from agentkeel.runtime import sqlite_inline
 from agentkeel.runtime.connections import open_connections
 from agentkeel.runtime.records import MultitaskStrategy, RunRecord, new_run_id
-from agentkeel.runtime import sqlite_inline
 from agentkeel.runtime.stores.base import JournalEvent
 from agentkeel.runtime.stores.factory import open_stores
 from agentkeel.runtime.stores.memory import MemoryRunStore

@@ -18,9 +18,12 @@ from agentkeel.runtime.serialization import EventEncoder
 
 
 async def stream_graph(
-    bridge: StreamBridge, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any
+    bridge: StreamBridge, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any,
+    encoder: EventEncoder,
 ) -> None:
-    """Execute the graph, publishing every chunk, within the run's wall-clock limit.
+    """Execute the graph, publishing every chunk, within the run's wall-clock limit. ``encoder`` is
+    the run's: its chunks are encoded there, once, to the bytes every observer gets (the worker
+    closes it, giving its memo back to the process budget).
 
     A ``TimeoutError`` raised because that limit expired is marked ``_agentkeel_run_timeout`` so the
     worker can tell the run's own timeout (status ``timeout``) from any other timeout inside it.
@@ -28,7 +31,6 @@ async def stream_graph(
     prepared = active.prepared
     run_id = active.record.run_id
     modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
-    encoder = EventEncoder()  # the run's chunks are encoded here, once, to the bytes every observer gets
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
@@ -76,13 +78,13 @@ class TaskEventSink:
     the same namespace, so a client groups them), plain ``custom`` otherwise — and only when the
     run asked for the ``custom`` mode, like any other custom chunk."""
 
-    def __init__(self, bridge: StreamBridge, active: ActiveRun) -> None:
+    def __init__(self, bridge: StreamBridge, active: ActiveRun, encoder: EventEncoder) -> None:
         self._bridge = bridge
         self._active = active
         self._run_id = active.record.run_id
         self._wanted = "custom" in active.prepared.stream_modes
         self._subgraphs = bool(active.prepared.request.stream_subgraphs)
-        self._encoder = EventEncoder()
+        self._encoder = encoder  # the run's own: one memo per run, charged to the process budget
 
     async def task_event(self, namespace: str, payload: dict[str, Any]) -> None:
         if not self._wanted or self._active.fenced:

@@ -1,10 +1,16 @@
 """Following a run: the bridge's stream, with the durable run record as the backstop.
 
 A stream is retained for a short grace after END and then reaped. An observer that arrives later
-(or whose stream is reaped under it) is answered at once from the run record — one ``run_record``
-event and END — instead of heart-beating forever on a stream that will never end. If it asked for
-history it had not read, a ``gap`` comes first (``missed`` is exact when the bridge still knows
-the stream's last seq, ``null`` when it does not), so the reap is never a silent truncation.
+(or whose stream is reaped under it) is answered at once from the durable record instead of
+heart-beating forever on a stream that will never end. If it asked for history it had not read,
+it gets a ``gap`` first, then the run's final state as one ``values`` event, then the record (one
+``run_record`` event) and END: the reap is never a silent truncation, and a client that renders
+the last ``values`` shows what the run ended with. ``missed`` is exact when the bridge still knows
+the stream's last seq (memory) or the run's ``run.end`` journal event recorded it (every run ended
+by this version, on any bridge), ``null`` when neither does. The final ``values`` come from the
+thread's head checkpoint, and only when that checkpoint is this run's own and the run ended
+``success`` or ``interrupted`` (never a failed run's last checkpoint as if it had succeeded, never
+a later run's state); otherwise the record alone answers.
 
 The record is also consulted at every heartbeat: a stream can lose its END (Redis was down when
 it was published) or its key (deleted, expired, lost in a restart) while the run goes on or
@@ -20,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentkeel.runtime.bridge import (
     END_EVENT,
@@ -34,17 +40,25 @@ from agentkeel.runtime.bridge import (
     format_event_id,
     parse_event_id,
 )
-from agentkeel.runtime.stores.base import RunStore
+from agentkeel.runtime.checkpoints import StateAccessor
+from agentkeel.runtime.records import RunRecord, RunStatus
+from agentkeel.runtime.serialization import to_jsonable
+from agentkeel.runtime.stores.base import JournalStore, RunStore
 
 log = logging.getLogger(__name__)
 
 RUN_RECORD_EVENT = "run_record"
+FINAL_VALUES_EVENT = "values"
+_FINAL_VALUES_STATUSES = frozenset({RunStatus.success, RunStatus.interrupted})
 _DRAIN_WAIT_S = 0.01  # how long the final read waits for events the stream may still hold
 
 
 class _Observable(Protocol):
     store: RunStore
+    journal: JournalStore
     bridge: StreamBridge
+
+    async def accessor(self, assistant_id: str = ...) -> StateAccessor: ...
 
 
 async def observe(
@@ -141,14 +155,50 @@ async def _answer_from_record(runtime: _Observable, run_id: str) -> bool:
 
 
 async def _from_record(runtime: _Observable, run_id: str, after: int | None) -> AsyncIterator[StreamEvent]:
-    """The record and END; first a ``gap`` for the events after ``after`` this observer will never
-    read (``None``: it asked for none it had not read)."""
+    """The record and END; first, for an observer that will never read the events after ``after``
+    (``None``: it asked for none it had not read), a ``gap`` and the run's final values."""
     record = await runtime.store.get(run_id)
     if record is not None:
-        final = None if after is None else await runtime.bridge.final_seq(run_id)
+        final = None if after is None else await _final_seq(runtime, run_id)
         if after is not None and (final is None or final > after):
             missed = None if final is None else final - after
             resumed = None if final is None else final + 1
             yield StreamEvent("", after, GAP_EVENT, {"requested_after": after, "resumed_at": resumed, "missed": missed})
+            values = await _final_values(runtime, record)
+            if values is not None:
+                yield StreamEvent("", 0, FINAL_VALUES_EVENT, values)
         yield StreamEvent("", 0, RUN_RECORD_EVENT, record.to_dict())
     yield StreamEvent("", 0, END_EVENT, None)
+
+
+async def _final_seq(runtime: _Observable, run_id: str) -> int | None:
+    """The dropped stream's last seq: the bridge's memory of it, else the ``run.end`` journal
+    event's ``stream_seq`` (durable, so it outlives the stream on every backend)."""
+    final = await runtime.bridge.final_seq(run_id)
+    if final is not None:
+        return final
+    try:
+        ends = await runtime.journal.list(run_id, kinds=["run.end"])
+    except Exception as exc:  # the gap is still said, with an unknown count
+        log.debug("run %s: reading its run.end failed: %r", run_id, exc)
+        return None
+    seq = ends[-1].data.get("stream_seq") if ends else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+async def _final_values(runtime: _Observable, record: RunRecord) -> Any:
+    """The thread's state as the run left it (what ``/wait`` answers), or ``None`` when it cannot
+    be told apart from another run's or the run did not end well; never raises."""
+    if record.status not in _FINAL_VALUES_STATUSES:
+        return None
+    try:
+        snapshot = await (await runtime.accessor(record.assistant_id)).aget(record.thread_id)
+    except Exception as exc:  # the record answers alone
+        log.debug("run %s: reading its final state failed: %r", record.run_id, exc)
+        return None
+    if snapshot is None or (snapshot.metadata or {}).get("run_id") != record.run_id:
+        return None  # a later run moved the thread on (or the thread is gone)
+    values = to_jsonable(snapshot.values)
+    if snapshot.interrupts and isinstance(values, dict):
+        values["__interrupt__"] = to_jsonable(list(snapshot.interrupts))
+    return values

@@ -216,7 +216,8 @@ class Recovery:
         completion = Completion(status, reasons, usage.as_dict(), error, acknowledges_control=True)
         await journal.flush()
         end = journal.unbuffered("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
-                                             "recovered": True, "attempt": claimed.attempt}, caller="worker")
+                                             "recovered": True, "attempt": claimed.attempt,
+                                             "stream_seq": self._bridge.last_seq(claimed.run_id)}, caller="worker")
         finished = await self._store.finish(claimed.run_id, claimed.attempt, completion, end)
         await journal.close()
         await self._store.set_thread_status(

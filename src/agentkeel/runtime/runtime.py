@@ -25,6 +25,7 @@ from agentkeel.runtime.assistants import ensure_system_assistants
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
 from agentkeel.runtime.connections import open_connections
+from agentkeel.runtime.content_budget import ContentBudget
 from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import Executes, RunManager
 from agentkeel.runtime.metrics import RunMetrics
@@ -51,6 +52,8 @@ class Runtime:
     assistants: AssistantStore
     kv_store: BaseStore  # LangGraph's store, bound to every graph as ``store``
     metrics: RunMetrics  # this process's run series (``runtime/metrics.py``)
+    # Run content this process holds in memory (snapshots, encoder memos): ``limits.content_max_bytes``.
+    content: ContentBudget = field(default_factory=ContentBudget)
     _accessors: dict[str, StateAccessor] = field(default_factory=dict)
 
     async def accessor(self, assistant_id: str = "lead") -> StateAccessor:
@@ -108,12 +111,13 @@ async def open_runtime(
                 open_checkpointer(connections) as checkpointer,
                 open_kv_store(connections) as kv_store,
             ):
+                content = ContentBudget(limits.content_max_bytes)
                 deps = WorkerDeps(
                     store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
                     harness=harness, config=config, owner=worker_id(),
                     checkpoint_mode=config.checkpoint_mode,
                     completion_hooks=[metrics.finished, *(completion_hooks or [])], kv_store=kv_store,
-                    metrics=metrics,
+                    metrics=metrics, content=content,
                 )
                 manager = RunManager(
                     deps, harness, limits, open_notifier(connections, store), executes=executes
@@ -123,7 +127,7 @@ async def open_runtime(
                     await manager.start()
                     yield Runtime(
                         config, store, journal, bridge, checkpointer, harness, manager, assistants,
-                        kv_store, metrics,
+                        kv_store, metrics, content,
                     )
                 finally:
                     await manager.shutdown(drain_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from collections import OrderedDict
 from datetime import datetime
 from enum import Enum
@@ -14,6 +15,8 @@ from typing import Any
 import orjson
 from langchain_core.messages import BaseMessageChunk
 from pydantic import BaseModel
+
+from agentkeel.runtime.content_budget import ContentBudget
 
 Memo = dict[int, tuple[Any, Any]]
 
@@ -54,7 +57,8 @@ def to_jsonable(value: Any, memo: Memo | None = None) -> Any:
 MEMO_MAX_BYTES = 8 * 1024 * 1024
 """Most encoded message bytes one run's :class:`EventEncoder` remembers (least recently used go
 first). A ``values`` stream of a long thread re-sends every message at every step; this keeps the
-messages it re-sends encoded, without letting a long run's history pile up in memory."""
+messages it re-sends encoded, without letting a long run's history pile up in memory. All runs'
+memos together are bounded by the process's ``ContentBudget`` (``limits.content_max_bytes``)."""
 
 _PREGEL = b'"__pregel'
 _PREGEL_KEY = re.compile(rb'"__pregel(?:[^"\\]|\\.)*":')  # a key (a string then ":"), not a value
@@ -66,18 +70,30 @@ class EventEncoder:
     ``orjson`` writes the bytes directly from the chunk (no intermediate JSON-safe copy), and a
     message object seen before is inlined from its remembered bytes (``orjson.Fragment``), so a
     ``values`` step costs the new messages plus a copy of the old ones' bytes. The memo is bounded
-    by :data:`MEMO_MAX_BYTES` and never holds message *chunks*: a ``messages`` stream sends each
-    token chunk once, and remembering them would keep every token of the run.
+    by ``max_bytes`` and never holds message *chunks*: a ``messages`` stream sends each token chunk
+    once, and remembering them would keep every token of the run.
+
+    With a ``budget``, every remembered byte is charged to it and the memo is a reclaimable cache
+    of it: a snapshot, or a run with a smaller memo, needing room makes it shed its oldest
+    entries, and an entry the budget has no room for (this memo has its share) is simply not
+    remembered. Either way the next encoding of that
+    message is done afresh, to the same bytes. ``close`` gives everything back; the worker calls
+    it when the run ends.
 
     The output is what ``to_jsonable`` + ``json.dumps`` gave: the rare chunk that holds a LangGraph
     internal (``__pregel*`` keys, dropped) or a value orjson refuses (an int beyond 64 bits) goes
     through ``to_jsonable`` instead.
     """
 
-    def __init__(self, max_bytes: int = MEMO_MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = MEMO_MAX_BYTES, budget: ContentBudget | None = None) -> None:
         self._memo: OrderedDict[int, tuple[Any, orjson.Fragment, int]] = OrderedDict()
         self._bytes = 0
         self._max_bytes = max_bytes
+        self._budget = budget
+        # The budget may shed this memo from a snapshot's worker thread.
+        self._lock = threading.Lock()
+        if budget is not None:
+            budget.attach(self)
 
     @property
     def held_bytes(self) -> int:
@@ -93,14 +109,33 @@ class EventEncoder:
             out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
         return out
 
+    def shed(self, nbytes: int) -> int:
+        """Forget the least recently used entries until ``nbytes`` are freed (or none is left)."""
+        freed = 0
+        with self._lock:
+            while self._memo and freed < nbytes:
+                freed += self._memo.popitem(last=False)[1][2]
+            self._bytes -= freed
+        if freed and self._budget is not None:
+            self._budget.release(freed)
+        return freed
+
+    def close(self) -> None:
+        """Forget everything and give the bytes back to the budget (the run is over)."""
+        self.shed(self._bytes)
+        if self._budget is not None:
+            self._budget.detach(self)
+
     def _default(self, value: Any) -> Any:
         if isinstance(value, BaseModel):
             if isinstance(value, BaseMessageChunk):
                 return value.model_dump()
             key = id(value)  # the memo holds the object, so its id is not reused while remembered
-            hit = self._memo.get(key)
+            with self._lock:
+                hit = self._memo.get(key)
+                if hit is not None:
+                    self._memo.move_to_end(key)
             if hit is not None:
-                self._memo.move_to_end(key)
                 return hit[1]
             encoded = orjson.dumps(value.model_dump(), default=self._default, option=orjson.OPT_NON_STR_KEYS)
             self._remember(key, value, encoded)
@@ -115,8 +150,10 @@ class EventEncoder:
         size = len(encoded)
         if size > self._max_bytes:
             return
-        self._memo[key] = (value, orjson.Fragment(encoded), size)
-        self._bytes += size
-        while self._bytes > self._max_bytes:
-            _, (_, _, dropped) = self._memo.popitem(last=False)
-            self._bytes -= dropped
+        if self._bytes + size > self._max_bytes:  # this run's own bound: its oldest go first
+            self.shed(self._bytes + size - self._max_bytes)
+        if self._budget is not None and not self._budget.reserve(size, self):
+            return  # no room in the process: encoded afresh next time
+        with self._lock:
+            self._memo[key] = (value, orjson.Fragment(encoded), size)
+            self._bytes += size

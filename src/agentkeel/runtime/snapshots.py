@@ -7,7 +7,10 @@ to every tool call that reported touching the path, in order (``steps``; the top
 "before" snapshot.
 
 Why content is bounded: hashes are always computed (so every change is *seen*), but file contents are
-kept only up to per-file and total byte limits. A change to a file whose content was not kept cannot
+kept only up to per-file and total byte limits, and, given a ``reserve`` (the worker passes its
+process's ``ContentBudget``), only while the process-wide budget has room: concurrent runs cannot
+hold one full snapshot each. The kept bytes stay charged until the owner releases
+``content_bytes``. A change to a file whose content was not kept cannot
 be undone, and ``restore_snapshot`` says so (``unrestorable``) instead of pretending — the caller
 refuses or flags the rollback. ``dry_run`` lets it decide before touching anything.
 
@@ -35,6 +38,8 @@ from agentkeel.sandbox.workspace import to_relpath, to_virtual
 log = logging.getLogger(__name__)
 
 Change = Literal["added", "modified", "deleted"]
+Reserve = Callable[[int], bool]
+Release = Callable[[int], None]
 _CHUNK = 1 << 20
 
 
@@ -50,9 +55,13 @@ class FileState:
 class WorkspaceSnapshot(Mapping[str, FileState]):
     """Relative POSIX path -> FileState for every regular file and symlink, plus the directories."""
 
-    def __init__(self, files: dict[str, FileState], dirs: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, files: dict[str, FileState], dirs: frozenset[str] = frozenset(), content_bytes: int = 0
+    ) -> None:
         self._files = files
         self.dirs = dirs
+        self.content_bytes = content_bytes
+        """Bytes of content kept (what the capture's ``reserve`` was charged for)."""
 
     def __getitem__(self, path: str) -> FileState:
         return self._files[path]
@@ -89,35 +98,72 @@ class RestoreReport:
 
 
 # -- capture ---------------------------------------------------------------------------------
-def capture_snapshot(root: Path, max_file_bytes: int, max_total_bytes: int) -> WorkspaceSnapshot:
+def capture_snapshot(
+    root: Path, max_file_bytes: int, max_total_bytes: int, reserve: Reserve | None = None,
+    release: Release | None = None,
+) -> WorkspaceSnapshot:
     """Hash every file under ``root``; keep contents within the limits (in sorted path order).
 
-    A missing root is an empty workspace. Files that vanish or cannot be read mid-walk are skipped.
+    ``reserve(n)`` is asked before ``n`` bytes of content are kept (``False``: hash only) and
+    ``release`` gets back what a file turned out not to need (it shrank or grew since its
+    ``stat``); the snapshot's ``content_bytes`` is what stays reserved. A missing root is an empty
+    workspace. Files that vanish or cannot be read mid-walk are skipped.
     """
     files: dict[str, FileState] = {}
     dirs: set[str] = set()
     budget = max_total_bytes
+    held = 0  # content bytes kept (link targets too: they are never counted against ``budget``)
     for rel, entry in _walk(root, "", dirs):
         try:
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 target = os.fsencode(os.readlink(entry.path))
-                files[rel] = FileState(_sha(target), len(target), target, symlink=True)
+                kept = reserve is None or reserve(len(target))
+                held += len(target) if kept else 0
+                files[rel] = FileState(_sha(target), len(target), target if kept else None, symlink=True)
                 continue
-            keep = st.st_size <= min(max_file_bytes, budget)
-            digest, size, content = _hash_file(entry.path, min(max_file_bytes, budget) if keep else None)
+            keep = st.st_size <= min(max_file_bytes, budget) and (reserve is None or reserve(st.st_size))
+            reserved = st.st_size if keep else 0
+            try:
+                digest, size, content = _hash_file(entry.path, reserved if keep else None)
+            except OSError:
+                if reserved and release is not None:
+                    release(reserved)
+                raise
         except OSError as exc:
             log.warning("snapshot: skipping %s: %s", rel, exc)
             continue
-        if content is not None:
-            budget -= size
+        kept_bytes = size if content is not None else 0
+        if release is not None and reserved > kept_bytes:
+            release(reserved - kept_bytes)
+        budget -= kept_bytes
+        held += kept_bytes
         files[rel] = FileState(digest, size, content, stat.S_IMODE(st.st_mode))
-    return WorkspaceSnapshot(files, frozenset(dirs))
+    return WorkspaceSnapshot(files, frozenset(dirs), held)
 
 
-async def acapture_snapshot(root: Path, max_file_bytes: int, max_total_bytes: int) -> WorkspaceSnapshot:
-    """``capture_snapshot`` off the event loop (the walk and the hashing block)."""
-    return await asyncio.to_thread(capture_snapshot, root, max_file_bytes, max_total_bytes)
+async def acapture_snapshot(
+    root: Path, max_file_bytes: int, max_total_bytes: int, reserve: Reserve | None = None,
+    release: Release | None = None,
+) -> WorkspaceSnapshot:
+    """``capture_snapshot`` off the event loop (the walk and the hashing block).
+
+    Cancelled, it still gives back what the walk reserved: a thread cannot be stopped, so the walk
+    finishes on its own and its snapshot's ``content_bytes`` are released then, not leaked."""
+    capture = asyncio.ensure_future(
+        asyncio.to_thread(capture_snapshot, root, max_file_bytes, max_total_bytes, reserve, release)
+    )
+    try:
+        return await asyncio.shield(capture)
+    except asyncio.CancelledError:
+        if release is not None:
+            capture.add_done_callback(lambda done: _release_abandoned(done, release))
+        raise
+
+
+def _release_abandoned(done: asyncio.Future[WorkspaceSnapshot], release: Release) -> None:
+    if not done.cancelled() and done.exception() is None:
+        release(done.result().content_bytes)
 
 
 def _walk(root: Path, rel: str, dirs: set[str]) -> Iterator[tuple[str, os.DirEntry[str]]]:

@@ -51,6 +51,7 @@ from agentkeel.runtime.checkpoints import (
     restore_rollback_point,
 )
 from agentkeel.runtime.checkpoints.stamping import StampingSaver
+from agentkeel.runtime.content_budget import ContentBudget
 from agentkeel.runtime.delegations import close_run_delegations
 from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
@@ -59,6 +60,7 @@ from agentkeel.runtime.metrics import RunMetrics
 from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import continue_stream, history_of
 from agentkeel.runtime.redaction import redact, redact_json
+from agentkeel.runtime.serialization import EventEncoder
 from agentkeel.runtime.side_effects import prior_calls, recovered_notes
 from agentkeel.runtime.snapshots import (
     ChangeTracker,
@@ -96,6 +98,8 @@ class WorkerDeps:
     kv_store: BaseStore | None = None  # bound to the graph as ``store``; None keeps the graph's own
     # Re-runs whose tool calls the recording answers (thread id -> answerer; ``runtime/tool_replay.py``).
     tool_replays: dict[str, ToolReplay] = field(default_factory=dict)
+    # The process's budget for run content held in memory (``limits.content_max_bytes``).
+    content: ContentBudget = field(default_factory=ContentBudget)
 
 
 @dataclass
@@ -117,12 +121,22 @@ class _RunState:
     started: bool = False
     cancelled: bool = False
     collector: StopReasonCollector | None = None
+    encoder: EventEncoder = field(default_factory=EventEncoder)  # the run's stream events, encoded once for every observer
     # How each delegated task ended, written by the subagent executor (see RunContext).
     delegation_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
-    state = _RunState()
+    state = _RunState(encoder=EventEncoder(budget=deps.content))
+    try:
+        await _execute(deps, active, state)
+    finally:  # the run's content goes back to the process budget however the run ended
+        state.encoder.close()
+        if state.snapshot is not None:
+            deps.content.release(state.snapshot.content_bytes)
+
+
+async def _execute(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> None:
     state.collector = StopReasonCollector(
         next_seq=lambda: state.journal.next_seq() if state.journal else 0,
         emit=lambda entry: _emit_stop_reason(deps, active, state, entry),
@@ -223,7 +237,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     limits = deps.config.limits
     state.workspace = Workspace.for_thread(deps.config.data_path, record.thread_id)
     state.snapshot = await acapture_snapshot(
-        state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes
+        state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes,
+        deps.content.reserve, deps.content.release,
     )
     context = RunContext(
         thread_id=record.thread_id,
@@ -246,14 +261,14 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         usage=state.usage,
         recovered_calls=recovered,
         delegation_outcomes=state.delegation_outcomes,
-        task_events=TaskEventSink(deps.bridge, active),
+        task_events=TaskEventSink(deps.bridge, active, state.encoder),
         tool_replay=deps.tool_replays.get(record.thread_id),
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input
     if active.resumed_from is not None and await _checkpointed_by(state.accessor, record):
         graph_input = None  # continue from the last checkpoint: LangGraph re-runs what was pending
-    await stream_graph(deps.bridge, active, graph, config, context, graph_input)
+    await stream_graph(deps.bridge, active, graph, config, context, graph_input, state.encoder)
     state.status = RunStatus.success
 
 
@@ -372,6 +387,8 @@ async def _persist(
             end = journal.unbuffered("run.end", {
                 "status": state.status.value, "error": state.error, "usage": completion.usage,
                 "rolled_back": rolled_back, "attempt": record.attempt,
+                # The stream's last seq: a join after the stream is dropped learns what it missed.
+                "stream_seq": max(deps.bridge.last_seq(record.run_id) or 0, record.stream_seq),
             }, seq=end_seq)
             end_seq = end.seq
         try:
@@ -446,10 +463,7 @@ async def _record_cancellation(active: ActiveRun, state: _RunState, rolled_back:
 
 async def _record_changes(deps: WorkerDeps, state: _RunState) -> None:
     assert state.workspace is not None and state.snapshot is not None
-    limits = deps.config.limits
-    after = await acapture_snapshot(
-        state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes
-    )
+    after = await acapture_snapshot(state.workspace.root, 0, 0)  # hashes are all a diff needs
     diffs = diff_snapshots(state.snapshot, after)
     seq_of = state.journal.seq_of_tool_call if state.journal else (lambda _call_id: None)
     for change in state.tracker.attribute(diffs, seq_of):

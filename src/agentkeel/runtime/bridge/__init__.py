@@ -46,8 +46,9 @@ def open_bridge(
     """A bridge for ``url``; ``prefix`` namespaces the Redis keys (ignored by memory);
     ``max_subscribers`` bounds this process's concurrent subscriptions (``None``: unbounded);
     ``end_grace_s`` is how long a stream outlives its END (``None``: ``ttl_s``); ``run_max_bytes``
-    and ``max_bytes`` bound the memory backend's retained events per run and per process (Redis
-    bounds its streams by ``retention`` and its own ``maxmemory``).
+    bounds each run's retained events in bytes on either backend, ``max_bytes`` all of this
+    process's on the memory backend (Redis streams are shared by every process: Redis' own
+    ``maxmemory`` bounds them together).
 
     Connecting is lazy (on first use), so this never blocks and never fails on a down server.
     """
@@ -62,7 +63,9 @@ def open_bridge(
         from agentkeel.runtime.bridge.redis import RedisStreamBridge, open_clients
 
         publisher, subscriber = open_clients(url, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers)
-        return RedisStreamBridge(publisher, subscriber=subscriber, prefix=prefix, **settings)
+        return RedisStreamBridge(
+            publisher, subscriber=subscriber, prefix=prefix, run_max_bytes=run_max_bytes, **settings
+        )
     raise ValueError(f"unsupported stream bridge URL {url!r}: use 'memory' or a redis:// URL")
 
 

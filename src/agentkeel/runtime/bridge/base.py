@@ -76,6 +76,10 @@ _FROM_START = frozenset({"-1", "-"})
 # A seq, optionally in its stream-id form "<seq>-0". Bounded so int() never sees a huge string.
 _EVENT_ID = re.compile(r"([0-9]{1,19})(?:-0)?")
 
+EVENT_OVERHEAD = 160
+"""Bytes counted per retained event beyond its payload, name and coordinate (its object and id in
+memory, its ids and field names in Redis): byte budgets are approximate by this much per event."""
+
 READ_BATCH = 256
 """Most events one backend read returns, so a far-behind subscriber never copies a whole window."""
 
@@ -202,6 +206,12 @@ _ENCODE_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME  # d
 def encode_data(data: Any) -> bytes:
     """Compact UTF-8 JSON; values JSON cannot represent (datetimes, UUIDs...) become their ``str``."""
     return orjson.dumps(data, default=str, option=_ENCODE_OPTIONS)
+
+
+def entry_size(event: str | bytes, payload: bytes, at: bytes = b"") -> int:
+    """The bytes one retained event counts for against ``stream_run_max_bytes`` (the Redis append
+    script computes the same sum)."""
+    return len(payload) + len(event) + len(at) + EVENT_OVERHEAD
 
 
 def data_event(seq: int, event: str, payload: bytes, at: bytes = b"") -> StreamEvent:
@@ -443,6 +453,10 @@ class StreamBridge(ABC):
     @abstractmethod
     def _reader(self, run_id: str) -> AbstractAsyncContextManager[Reader]:
         """A reader for one subscription, held for the subscription's lifetime."""
+
+    @abstractmethod
+    async def retained_bytes(self, run_id: str) -> int:
+        """What ``stream_run_max_bytes`` bounds: the run's retained events' ``entry_size`` sum."""
 
     async def final_seq(self, run_id: str) -> int | None:
         """The last seq of a stream that ended and was dropped, if this bridge still knows it

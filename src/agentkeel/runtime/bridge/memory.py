@@ -6,7 +6,7 @@ publish instead of polling, and a subscriber that grabbed the event before check
 cannot miss a wake-up (there is no ``await`` between the check and the grab).
 
 Memory is bounded in bytes, not only in events: each event is held as the JSON bytes it was
-published as (plus a fixed :data:`EVENT_OVERHEAD` for its object), a run holds at most
+published as (``entry_size``: plus its name, coordinate and a fixed overhead), a run holds at most
 ``run_max_bytes`` and the process at most ``max_bytes``. Over a budget, the oldest history goes
 first: a finished stream whole (its joins are then answered from the run record), else the oldest
 events of the least recently written stream. Every stream keeps its newest event, and a subscriber
@@ -44,10 +44,9 @@ from agentkeel.runtime.bridge.base import (
     StreamGone,
     ThreadWatch,
     data_event,
+    entry_size,
 )
 
-EVENT_OVERHEAD = 160
-"""Bytes counted per retained event beyond its payload and name: the event object and its id."""
 FINALS_KEPT = 10_000
 """Dropped streams whose last seq is remembered (for the ``gap`` of a late observer)."""
 
@@ -88,7 +87,7 @@ class _Run:
 
 
 def _size(item: StreamEvent) -> int:
-    return len(item.raw) + len(item.event) + EVENT_OVERHEAD
+    return entry_size(item.event, item.raw, item.at)
 
 
 class _MemoryReader(Reader):
@@ -249,6 +248,10 @@ class MemoryStreamBridge(StreamBridge):
 
     async def final_seq(self, run_id: str) -> int | None:
         return self._finals.get(run_id)
+
+    async def retained_bytes(self, run_id: str) -> int:
+        run = self._runs.get(run_id) or self._ended.get(run_id)
+        return 0 if run is None else run.nbytes
 
     async def exists(self, run_id: str) -> bool:
         self._reap()

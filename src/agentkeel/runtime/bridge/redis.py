@@ -1,14 +1,24 @@
 """Redis Streams bridge: one stream key per run, shared by every process of a deployment.
 
 Layout: ``{prefix}:stream:{run_id}`` is a Redis stream whose data entries have the explicit id
-``<seq>-0`` and fields ``event``, ``data`` (JSON) and ``at`` (the run coordinate, JSON or ""); END is the entry ``<last seq>-1`` (field
-``end``). Keeping everything in the one key means there is no second key to expire, delete or
+``<seq>-0`` and fields ``event``, ``data`` (JSON), ``at`` (the run coordinate, JSON or "") and
+``b`` (the bytes of the stream up to and including this entry, see below); END is the entry
+``<last seq>-1`` (field ``end``). Keeping everything in the one key means there is no second key to expire, delete or
 keep consistent, and the stream itself answers "what is the last seq and has it ended": its newest
 entry, which exact ``MAXLEN`` trimming never removes.
 
 Appends run as one Lua script (read the newest entry, refuse if it is END, ``XADD`` the next seq
 with exact ``MAXLEN``, refresh ``PEXPIRE``), so concurrent publishers in any number of processes
-get unique, contiguous seqs. END is added with ``MAXLEN retention + 1`` so it never costs an
+get unique, contiguous seqs.
+
+Streams are bounded in bytes as well as in events (``run_max_bytes``, the same
+``stream_run_max_bytes`` as the memory bridge, counted the same way by ``entry_size``). Each entry
+carries ``b``, its stream's running byte total, so the script knows the retained bytes from the
+newest entry and where each old one starts without any second key; when the total is over the
+budget it reads the oldest entries a few at a time until the first that may stay and ``XTRIM``s by
+``MINID`` to it. Every entry is read at most once before it is trimmed, so this costs an append
+O(1) amortised; the newest event always stays, and a subscriber that had not read what went gets
+a ``gap``, exactly as with count trimming. END is added with ``MAXLEN retention + 1`` so it never costs an
 event. Every write refreshes the TTL, so a stream expires ``ttl_s`` after its last publish if
 abandoned, and ``end_grace_s`` after its END. No second key outlives it, so an observer answered
 from the record after that learns that it missed events (a ``gap``), not how many.
@@ -50,6 +60,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentkeel.runtime.bridge.base import (
+    EVENT_OVERHEAD,
     READ_BATCH,
     Batch,
     BridgeFault,
@@ -60,6 +71,7 @@ from agentkeel.runtime.bridge.base import (
     StreamGone,
     ThreadWatch,
     data_event,
+    entry_size,
 )
 
 T = TypeVar("T")
@@ -78,9 +90,28 @@ POOL_MARGIN = 16
 """Subscriber connections beyond ``max_subscribers`` (``exists`` checks, draining readers)."""
 
 _CLOSED = "AGENTKEEL_STREAM_CLOSED"
+TRIM_SCAN = 4
+"""Oldest entries the append script reads at a time while looking for where byte trimming stops."""
+# ARGV: retention, ttl ms, kind, floor, then for an event: name, data, coordinate, run max bytes
+# (0: unbounded), per-entry overhead; for END: the grace in ms.
 _APPEND = f"""
+local function field(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return nil
+end
+local function size_of(fields)
+  local n = tonumber(ARGV[9])
+  for i = 1, #fields, 2 do
+    local name = fields[i]
+    if name == 'event' or name == 'data' or name == 'at' then n = n + string.len(fields[i + 1]) end
+  end
+  return n
+end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local seq = 0
+local upto = 0
 if top[1] then
   local id = top[1][1]
   local dash = string.find(id, '-', 1, true)
@@ -89,6 +120,7 @@ if top[1] then
     if ARGV[3] == 'end' then return seq end
     return redis.error_reply('{_CLOSED} stream has ended')
   end
+  upto = tonumber(field(top[1][2], 'b')) or 0
 end
 seq = math.max(seq, tonumber(ARGV[4]))
 if ARGV[3] == 'end' then
@@ -97,7 +129,28 @@ if ARGV[3] == 'end' then
   return seq
 end
 seq = seq + 1
-redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], seq .. '-0', 'event', ARGV[5], 'data', ARGV[6], 'at', ARGV[7])
+local newest = seq .. '-0'
+upto = upto + string.len(ARGV[5]) + string.len(ARGV[6]) + string.len(ARGV[7]) + tonumber(ARGV[9])
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], newest, 'event', ARGV[5], 'data', ARGV[6], 'at', ARGV[7], 'b', upto)
+local max = tonumber(ARGV[8])
+if max > 0 and upto > max then
+  -- Keep the oldest entry that starts at or after upto - max (or the newest): drop all before it.
+  local keep = nil
+  local start = '-'
+  while not keep do
+    local batch = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', {TRIM_SCAN})
+    if not batch[1] then break end
+    for _, entry in ipairs(batch) do
+      local starts = (tonumber(field(entry[2], 'b')) or 0) - size_of(entry[2])
+      if entry[1] == newest or starts >= upto - max then
+        keep = entry[1]
+        break
+      end
+      start = '(' .. entry[1]
+    end
+  end
+  if keep then redis.call('XTRIM', KEYS[1], 'MINID', keep) end
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return seq
 """
@@ -135,6 +188,16 @@ def _split_id(entry_id: str | bytes) -> tuple[int, bool]:
 def _field(fields: dict[Any, Any], name: str) -> Any:
     """A field of an entry read by a raw client (bytes keys) or a decoding one (str keys)."""
     return fields[name.encode()] if name.encode() in fields else fields[name]
+
+
+def _raw(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _offset(fields: dict[Any, Any]) -> int:
+    """An entry's ``b``: the bytes of its stream up to and including it (0 if written without)."""
+    value = fields.get(b"b", fields.get("b"))
+    return 0 if value is None else int(value)
 
 
 async def _retrying(op: Callable[[], Awaitable[T]]) -> T:
@@ -243,11 +306,15 @@ class RedisStreamBridge(StreamBridge):
         heartbeat_s: float,
         max_subscribers: int | None = None,
         end_grace_s: float | None = None,
+        run_max_bytes: int | None = None,
     ) -> None:
         super().__init__(
             retention=retention, ttl_s=ttl_s, heartbeat_s=heartbeat_s, max_subscribers=max_subscribers,
             end_grace_s=end_grace_s,
         )
+        if run_max_bytes is not None and run_max_bytes < 1:
+            raise ValueError("run_max_bytes must be positive")
+        self.run_max_bytes = run_max_bytes
         self._client = client
         self._subscriber = subscriber or client
         self._prefix = prefix
@@ -274,7 +341,9 @@ class RedisStreamBridge(StreamBridge):
         return int(seq)
 
     async def _append(self, run_id: str, event: str, payload: bytes, floor: int, at: bytes = b"") -> StreamEvent:
-        seq = await self._run_script(run_id, "event", floor, event, payload, at)
+        seq = await self._run_script(
+            run_id, "event", floor, event, payload, at, self.run_max_bytes or 0, EVENT_OVERHEAD
+        )
         return data_event(seq, event, payload, at)
 
     async def _append_end(self, run_id: str, floor: int) -> None:
@@ -303,6 +372,17 @@ class RedisStreamBridge(StreamBridge):
 
     async def exists(self, run_id: str) -> bool:
         return bool(await self._client.exists(self.key(run_id)))
+
+    async def retained_bytes(self, run_id: str) -> int:
+        key = self.key(run_id)
+        oldest: Any = await self._subscriber.xrange(key, count=1)
+        newest: Any = await self._subscriber.xrevrange(key, count=2)  # END may be the newest entry
+        data = [(fields, entry_id) for entry_id, fields in newest if not _split_id(entry_id)[1]]
+        if not oldest or not data or _split_id(oldest[0][0])[1]:
+            return 0
+        first = oldest[0][1]
+        size = entry_size(*(_raw(_field(first, name)) for name in ("event", "data", "at")))
+        return _offset(data[0][0]) - (_offset(first) - size)
 
     async def delete(self, run_id: str) -> None:
         await self._client.delete(self.key(run_id))
