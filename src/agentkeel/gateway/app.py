@@ -38,6 +38,7 @@ from agentkeel.gateway.hosts import HostCheck, allowed_names
 from agentkeel.gateway.input_limits import InputLimits, publish_segment_shape
 from agentkeel.gateway.json_bodies import JsonBodies
 from agentkeel.gateway.metrics import Metrics
+from agentkeel.gateway.requests_first import RequestsFirst
 from agentkeel.gateway.routes import meta, runs
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
@@ -83,7 +84,8 @@ def create_app(
     app.add_middleware(InputLimits, config=config.gateway)
     install_auth(app, config)  # inside CORS (a preflight has no credentials), before any body is read
     install_cors(app, config.gateway.cors)  # outside the rest, so refusals get CORS headers too
-    app.add_middleware(HostCheck, allowed=allowed_names(config.gateway.allowed_hosts, bound_host))  # outermost
+    app.add_middleware(HostCheck, allowed=allowed_names(config.gateway.allowed_hosts, bound_host))
+    app.add_middleware(RequestsFirst)  # outermost: a request holds the start gate from its first byte
     app.include_router(meta.router)
     app.include_router(runs.router)
     for module in _installed_routers():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -68,6 +69,9 @@ class ActiveRun:
     # Set by the worker when it enters finalization: from then on cancelling changes nothing.
     finalizing: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Releases this run's hold on the process's start gate (``runtime/start_gate.py``): called
+    # once its first chunk is published, or when it ends without one.
+    release_start: Callable[[], None] = field(default=lambda: None)
     _enforcer: asyncio.Task[None] | None = None
 
     def coordinate(self) -> dict[str, Any]:

@@ -189,7 +189,7 @@ class Claimer:
         except Exception as exc:  # e.g. the assistant was removed from the config since admission
             self._spawn(self._refuse(record, exc), f"agentkeel-refuse-{record.run_id}")
             return
-        active = ActiveRun(record, prepared, resumed_from=resumed_from)
+        active = ActiveRun(record, prepared, resumed_from=resumed_from, release_start=self._deps.start_gate.hold())
         self._keeper.start_lease(active, sent)
         self._runs[record.run_id] = active
         if record.control is not None:
@@ -197,6 +197,7 @@ class Claimer:
         active.task = asyncio.create_task(
             self._execute(active), name=f"agentkeel-run-{record.run_id}", context=self._context.copy()
         )
+        active.task.add_done_callback(lambda _task: active.release_start())  # even if it never ran
         self._on_started()
 
     def _launch_resumed(self, record: RunRecord, lost_attempt: int) -> None:

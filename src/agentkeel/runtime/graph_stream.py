@@ -15,15 +15,18 @@ from agentkeel.harness.context import RunContext
 from agentkeel.runtime.active import ActiveRun
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.serialization import EventEncoder
+from agentkeel.runtime.start_gate import StartGate
 
 
 async def stream_graph(
     bridge: StreamBridge, active: ActiveRun, graph: Any, config: Any, context: RunContext, graph_input: Any,
-    encoder: EventEncoder,
+    encoder: EventEncoder, start_gate: StartGate,
 ) -> None:
     """Execute the graph, publishing every chunk, within the run's wall-clock limit. ``encoder`` is
     the run's: its chunks are encoded there, once, to the bytes every observer gets (the worker
-    closes it, giving its memo back to the process budget).
+    closes it, giving its memo back to the process budget). Once its first chunk is out the run
+    releases its hold on ``start_gate`` and from then on steps aside, at each chunk, for runs being
+    started.
 
     A ``TimeoutError`` raised because that limit expired is marked ``_agentkeel_run_timeout`` so the
     worker can tell the run's own timeout (status ``timeout``) from any other timeout inside it.
@@ -31,10 +34,16 @@ async def stream_graph(
     prepared = active.prepared
     run_id = active.record.run_id
     modes = list(dict.fromkeys("messages" if m == "messages-tuple" else m for m in prepared.stream_modes))
+    started = False
     try:
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
                 await bridge.publish_encoded(run_id, name, encoder.encode(data), coordinate=active.coordinate())
+                if started:
+                    await start_gate.step_aside()
+                else:
+                    active.release_start()
+                    started = True
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both

@@ -51,6 +51,7 @@ from agentkeel.runtime.records import (
     utcnow,
 )
 from agentkeel.runtime.requests import PreparedRun, RequestError, RunRequest, prepare_run
+from agentkeel.runtime.start_gate import StartGate
 from agentkeel.runtime.stores.base import RunStore
 from agentkeel.runtime.worker import WorkerDeps
 
@@ -100,6 +101,12 @@ class RunManager:
         )
 
     @property
+    def start_gate(self) -> StartGate:
+        """This process's start gate: runs being started (and, in a gateway, requests being
+        answered) go before the chunks of runs already streaming (``runtime/start_gate.py``)."""
+        return self._deps.start_gate
+
+    @property
     def owner(self) -> str:
         """This process's worker identity: ``host:pid:nonce``."""
         return self._deps.owner
@@ -131,6 +138,13 @@ class RunManager:
     async def create(self, request: RunRequest) -> RunRecord:
         if not self._accepting:
             raise ShuttingDown("the runtime is shutting down and admits no new runs")
+        release = self._deps.start_gate.hold()  # running runs step aside while this one is admitted
+        try:
+            return await self._admit(request)
+        finally:
+            release()
+
+    async def _admit(self, request: RunRequest) -> RunRecord:
         prepared = prepare_run(request, self._harness, self._limits)  # before admission
         await self._check_checkpoint(prepared)
         now = utcnow()

@@ -70,6 +70,7 @@ from agentkeel.runtime.snapshots import (
     diff_snapshots,
     restore_snapshot,
 )
+from agentkeel.runtime.start_gate import StartGate
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.thread_status import AFTER_RUN, settled_status
 from agentkeel.runtime.usage import UsageAccumulator
@@ -100,6 +101,8 @@ class WorkerDeps:
     tool_replays: dict[str, ToolReplay] = field(default_factory=dict)
     # The process's budget for run content held in memory (``limits.content_max_bytes``).
     content: ContentBudget = field(default_factory=ContentBudget)
+    # Runs being started go first (``runtime/start_gate.py``); one per process, shared with admission.
+    start_gate: StartGate = field(default_factory=StartGate)
 
 
 @dataclass
@@ -131,6 +134,7 @@ async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
     try:
         await _execute(deps, active, state)
     finally:  # the run's content goes back to the process budget however the run ended
+        active.release_start()  # if it never published a chunk
         state.encoder.close()
         if state.snapshot is not None:
             deps.content.release(state.snapshot.content_bytes)
@@ -268,7 +272,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     graph_input = prepared.graph_input
     if active.resumed_from is not None and await _checkpointed_by(state.accessor, record):
         graph_input = None  # continue from the last checkpoint: LangGraph re-runs what was pending
-    await stream_graph(deps.bridge, active, graph, config, context, graph_input, state.encoder)
+    await stream_graph(deps.bridge, active, graph, config, context, graph_input, state.encoder, deps.start_gate)
     state.status = RunStatus.success
 
 
