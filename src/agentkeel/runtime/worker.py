@@ -222,6 +222,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     state.snapshot = await acapture_snapshot(
         state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes
     )
+    replay = deps.tool_replays.get(record.thread_id)  # a re-run: it also answers the recovered calls
     context = RunContext(
         thread_id=record.thread_id,
         run_id=record.run_id,
@@ -241,10 +242,10 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         stop_reasons=state.collector,
         journal=state.journal,
         usage=state.usage,
-        recovered_calls=recovered,
+        recovered_calls={**recovered, **(replay.recovered_calls if replay is not None else {})},
         delegation_outcomes=state.delegation_outcomes,
         task_events=TaskEventSink(deps.bridge, active),
-        tool_replay=deps.tool_replays.get(record.thread_id),
+        tool_replay=replay,
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input
