@@ -31,8 +31,11 @@ def test_a_lost_attempt_keeps_what_the_next_one_did_not_do_again() -> None:
         event(10, 2, 2, "intervention", action="recovered_call", tool_call_id="b", note="started by attempt 1"),
         event(11, 2, 2, "model.call", "subagent:gp", task_id="t"),
         event(12, 2, 3, "model.call"),
+        event(13, 2, 3, "run.end", None),
     ]
-    assert [e.seq for e in as_finished(events)] == [2, 3, 4, 9, 10, 11, 12]
+    assert [e.seq for e in as_finished(events)] == [2, 3, 4, 9, 10, 11, 12, 13]
+    ended_in_a_lost_step = [*events[:3], event(8, 2, 2, "run.end", None)]  # the end redoes no step
+    assert [e.seq for e in as_finished(ended_in_a_lost_step)] == [2, 3, 8]
     assert recovered_calls(events) == {"b": "started by attempt 1"}
     single = events[:7]
     assert as_finished(single) == single  # one attempt: the journal as it is

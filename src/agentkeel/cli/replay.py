@@ -119,6 +119,9 @@ def _print_tools(console: Console, tools: RecordedTools) -> None:
                   f"{len(tools.live)} executed, each matched and its result checked against it", highlight=False)
     for why, count in Counter(why for _, why in tools.live).items():
         console.print(f"  [dim]executed[/] {count} × {escape(why)}", highlight=False)
+    if tools.recovered_calls:
+        console.print(f"  {len(tools.recovered_calls)} call(s) answered as the run's recovery answered them "
+                      "(outcome unknown, not executed)", highlight=False)
 
 
 async def _fork(config: KeelConfig, record: RunRecord, step: int, model: str | None, script: Path | None,

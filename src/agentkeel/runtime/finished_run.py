@@ -88,8 +88,8 @@ def _unit(event: JournalEvent) -> Any:
 
 def _touches(event: JournalEvent) -> set[Any]:
     """The units a later attempt's record shows were worked on again."""
-    if event.kind in _WORKER_KINDS or event.caller == "worker":
-        return set()
+    if event.kind in _WORKER_KINDS or event.kind == "run.end" or event.caller == "worker":
+        return set()  # the worker's records and the end are stamped with a step they did not work in
     data = event.data
     units = {("call", str(data[key])) for key in ("task_id", "call_id", "tool_call_id") if data.get(key)}
     return units or {("lead", event.step)}
