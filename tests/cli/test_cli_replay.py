@@ -78,3 +78,24 @@ def test_a_fork_continues_the_thread_from_a_step_with_a_script(tmp_path: Path) -
     assert "fork " in forked.stdout and "from step 2 — success" in forked.stdout
     runs = json.loads(keel("runs", "list", "--json", cwd=tmp_path).stdout)
     assert len(runs) == 2 and runs[0]["thread_id"] == runs[1]["thread_id"]
+
+
+def test_a_later_run_of_a_thread_reruns_from_where_it_started(tmp_path: Path) -> None:
+    def script(name: str, path: str) -> str:
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"agents": {"lead": [
+            {"say": "Writing.", "tool_calls": [{"name": "write_file", "args": {"path": path, "content": f"{name}\n"}}]},
+            {"say": f"Wrote {path}."}]}}))
+        return f"{name}.yaml"
+
+    config = tmp_path / "keel.yaml"
+    config.write_text(yaml.safe_dump({"models": [
+        {"name": "one", "use": "scripted", "script": script("one", "/workspace/outputs/one.md")},
+        {"name": "two", "use": "scripted", "script": script("two", "/workspace/outputs/two.md")}]}))
+    for model in ("one", "two"):
+        ran = keel("run", f"write {model}", "--config", str(config), "--thread", "t-later", "--model", model,
+                   cwd=tmp_path)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    second = json.loads(keel("runs", "list", "--json", "--config", str(config), cwd=tmp_path).stdout)[0]["run_id"]
+    rerun = keel("replay", second, "--rerun", "--config", str(config), cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr  # refused with exit 2 before
+    assert "not its thread's first" in rerun.stdout and "same journal" in rerun.stdout

@@ -15,9 +15,21 @@ from typing import Any
 
 import pytest
 import yaml
-from runtime_support import Keel, _param, backend_matrix, call, journal, new_thread_id, run_to_end, thread_messages, turn
+from runtime_support import (
+    Keel,
+    _param,
+    backend_matrix,
+    call,
+    journal,
+    new_thread_id,
+    run_to_end,
+    thread_messages,
+    turn,
+    workspace,
+)
 
 from agentkeel.config import KeelConfig
+from agentkeel.harness.tools import shell
 from agentkeel.runtime import journal_callbacks
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.replay import (
@@ -26,6 +38,7 @@ from agentkeel.runtime.replay import (
     journal_signature,
     offline_config,
     recorded_tools,
+    replay_and_compare,
     rerun,
 )
 from agentkeel.runtime.script_export import export_script
@@ -156,3 +169,47 @@ async def test_a_call_out_of_its_recorded_order_is_a_miss(keel: Keel, tmp_path: 
     (miss,) = tools.misses
     assert "write_file" in miss and "recorded call #1 bash" in miss
     assert counter.read_text() == "lead\nchild\n"
+
+
+async def test_a_tool_that_raised_is_answered_with_its_recorded_exception(
+        keel: Keel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = tmp_path / "counter.txt"
+    config = counting_config(keel, counter)
+    real = shell.run_command
+
+    async def vanishing(*args: Any, **kwargs: Any) -> Any:  # the command ran, then its sandbox failed
+        await real(*args, **kwargs)
+        raise OSError("the sandbox vanished   mid-command")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(shell, "run_command", vanishing)
+        original, script = await record(keel, config, tmp_path)
+    async with keel.open(config) as rt:
+        raised = [e for e in await journal(rt, original.run_id) if e.kind == "tool.call" and e.data["name"] == "bash"]
+    assert [(e.data["error_type"], e.data["error_message"]) for e in raised] == [
+        ("OSError", "the sandbox vanished mid-command")] * 2  # the lead's and the child's
+    assert counter.read_text() == "lead\nchild\n"
+
+    replayed, tools, differences = await replay(keel, config, original, script)
+    assert replayed.status == RunStatus.success, replayed.error
+    assert counter.read_text() == "lead\nchild\n"  # raised again by a stand-in: neither command ran
+    assert differences == []  # the same error results, interventions and tool.call records
+    assert [label.split(" (")[0].split(" ", 1)[1] for label in tools.answered] == ["#1 bash", "#1 bash"]
+    async with keel.open(config) as rt:
+        messages = await thread_messages(rt, replayed.thread_id)
+    assert "failed with OSError: the sandbox vanished mid-command" in next(m.text for m in messages if m.type == "tool")
+
+
+async def test_a_file_an_answered_call_wrote_is_named_not_reproducible(keel: Keel, tmp_path: Path) -> None:
+    script: dict[str, Any] = {"lead": [turn("Making.", call("bash", command="echo made > outputs/made.txt")),
+                                       turn("Made.")]}
+    config = keel.config({"rec": script}, tools={"bash": True, "bash_unsandboxed": True})
+    original, path = await record(keel, config, tmp_path)
+    async with keel.open(offline_config(config, path)) as rt:
+        report = await replay_and_compare(rt, original)
+        made = workspace(config, report.replayed.thread_id) / "outputs" / "made.txt"
+    assert report.replayed.status == RunStatus.success, report.replayed.error
+    assert not made.exists()  # the bash call was answered, not executed
+    (line,) = report.not_reproducible
+    assert line.startswith("/workspace/outputs/made.txt: changed by bash call") and "not reproducible" in line
+    assert report.differences == []  # left out of the comparison, not a divergence

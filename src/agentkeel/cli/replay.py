@@ -5,8 +5,9 @@ this module only draws it: one line per journal record, checkpoint and run of st
 the journal's seq axis, a subagent's records indented under its task call, the divergences last.
 ``--export FILE`` writes the run as a scripted-model file (``runtime/script_export.py``);
 ``--rerun`` plays it offline — model answers and tool results from the recording
-(``runtime/tool_replay.py``; ``--live-tools`` runs the tools again) — and compares
-(``runtime/replay.py``); ``--fork-at STEP`` continues
+(``runtime/tool_replay.py``; ``--live-tools`` runs the tools again), on a new thread set up as the
+run's was when it began (``runtime/replay_thread.py``), and compares (``runtime/replay.py``),
+naming what it cannot reproduce; ``--fork-at STEP`` continues
 the thread from that checkpoint with ``--model`` (a model of the config) or ``--script``.
 """
 
@@ -26,17 +27,7 @@ from rich.table import Table
 from agentkeel.config import KeelConfig, ModelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.records import RunRecord, RunStatus
-from agentkeel.runtime.replay import (
-    ReplayError,
-    compare,
-    final_state,
-    first_of_thread,
-    fork,
-    journal_signature,
-    offline_config,
-    recorded_tools,
-    rerun,
-)
+from agentkeel.runtime.replay import ReplayError, RerunReport, fork, offline_config, replay_and_compare
 from agentkeel.runtime.runtime import open_runtime
 from agentkeel.runtime.script_export import ExportError, export_script
 from agentkeel.runtime.timeline import Item, Timeline, load_timeline
@@ -57,7 +48,7 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
            export: Path | None = None, do_rerun: bool = False, fork_at: int | None = None,
            model: str | None = None, script: Path | None = None, live_tools: bool = False) -> int:
     """Everything ``keel replay`` does; the exit code (raises ``ReplayCommandError``)."""
-    timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun, do_rerun))
+    timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun))
     if as_json:
         print(json.dumps(timeline.to_dict(), indent=2, default=str))
     else:
@@ -79,17 +70,13 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
     return code
 
 
-async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bool,
-                rerunning: bool) -> tuple[Timeline, Any]:
+async def _read(config: KeelConfig, harness: Harness, run_id: str, exporting: bool) -> tuple[Timeline, Any]:
     async with open_runtime(config, harness=harness, executes="none") as rt:
         timeline = await load_timeline(rt, run_id)
         if timeline is None:
             raise ReplayCommandError(f"no run {run_id!r} in {config.database_url}")
         if not exporting:
             return timeline, None
-        if rerunning and not await first_of_thread(rt, timeline.record):
-            raise ReplayCommandError(f"run {run_id} was not its thread's first: a re-run on a new thread would "
-                                     "lack the earlier history (fork it with --fork-at instead)", 2)
         try:
             return timeline, export_script(timeline.events, timeline.messages)
         except ExportError as exc:
@@ -100,29 +87,31 @@ async def _rerun(config: KeelConfig, record: RunRecord, script: Path, console: C
                  live_tools: bool) -> list[str]:
     offline = offline_config(config, script)
     async with open_runtime(offline, harness=Harness(offline, offline.checkpoint_mode), executes="own") as rt:
-        recorded_events = await rt.journal.list(record.run_id)
-        recorded_state = await final_state(rt, record)
-        tools = None if live_tools else await recorded_tools(rt, record)
-        replayed = await rerun(rt, record, tools=tools)
-        replayed_events = await rt.journal.list(replayed.run_id)
-        differences = compare(journal_signature(recorded_events, record),
-                              journal_signature(replayed_events, replayed, record), "journal")
-        differences += compare(recorded_state, await final_state(rt, replayed, record), "state")
-    console.rule(f"re-run {replayed.run_id} on thread {replayed.thread_id}")
-    if tools is not None:
-        _print_tools(console, tools)
-    if replayed.status != record.status:
-        differences.insert(0, f"status: recorded {record.status.value}, replayed {replayed.status.value}"
-                              f"{f' ({replayed.error})' if replayed.error else ''}")
-    differences[:0] = [f"tool replay miss: {miss}" for miss in tools.misses] if tools else []
-    if differences:
+        try:
+            report = await replay_and_compare(rt, record, live_tools=live_tools)
+        except ReplayError as exc:
+            raise ReplayCommandError(str(exc), 2) from None
+    _print_rerun(console, report)
+    return report.differences
+
+
+def _print_rerun(console: Console, report: RerunReport) -> None:
+    console.rule(f"re-run {report.replayed.run_id} on thread {report.replayed.thread_id}")
+    for remark in report.remarks:
+        console.print(f"[dim]{escape(remark)}[/]", highlight=False)
+    if report.tools is not None:
+        _print_tools(console, report.tools)
+    if report.not_reproducible:
+        console.print(f"[yellow]not reproducible[/] ({len(report.not_reproducible)}, left out of the comparison):")
+        for line in report.not_reproducible:
+            console.print(f"  {escape(line)}", highlight=False)
+    if report.differences:
         console.print("[red]✗ the re-run diverged from the recording:[/]")
-        for line in differences:
+        for line in report.differences:
             console.print(f"  {escape(line)}", highlight=False)
     else:
-        console.print(f"[green]✓ same journal ({len(recorded_events)} records) and same final state "
+        console.print(f"[green]✓ same journal ({report.records} records) and same final state "
                       "(messages, durable channels, files) — offline[/]")
-    return differences
 
 
 def _print_tools(console: Console, tools: RecordedTools) -> None:
@@ -130,6 +119,9 @@ def _print_tools(console: Console, tools: RecordedTools) -> None:
                   f"{len(tools.live)} executed, each matched and its result checked against it", highlight=False)
     for why, count in Counter(why for _, why in tools.live).items():
         console.print(f"  [dim]executed[/] {count} × {escape(why)}", highlight=False)
+    if tools.recovered_calls:
+        console.print(f"  {len(tools.recovered_calls)} call(s) answered as the run's recovery answered them "
+                      "(outcome unknown, not executed)", highlight=False)
 
 
 async def _fork(config: KeelConfig, record: RunRecord, step: int, model: str | None, script: Path | None,

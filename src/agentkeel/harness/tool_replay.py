@@ -15,6 +15,7 @@ fails with it, naming the call and what was expected.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
@@ -26,7 +27,13 @@ class ToolReplay(Protocol):
     """Answers a re-run's tool calls: ``execute(request, handler)`` returns the recorded result
     (running ``handler`` on a stand-in tool, so the journal callbacks see the call as before), runs
     the call for real where the recording cannot answer it, and raises :class:`ToolReplayMiss`
-    where the call is not the recorded one."""
+    where the call is not the recorded one.
+
+    ``recovered_calls``: the calls the recorded run's recovery answered with "outcome unknown"
+    instead of running them (call id -> note; a recovered run's, else empty): the worker gives them
+    to the re-run's ``RunContext``, so its SideEffectLedger answers them the same way."""
+
+    recovered_calls: Mapping[str, str]
 
     async def execute(self, request: Any, handler: Any) -> Any: ...
 

@@ -15,7 +15,9 @@ characters of the request's messages and of the response, divided by four) and i
 record says ``estimated: true``; the run's usage meter, which the token budget reads, counts it like
 any other call, so the budget binds on every path. A failed call's ``model.error`` record carries the
 error's ``kind`` and HTTP ``status`` (:mod:`agentkeel.harness.provider_errors`). A subagent's
-``tool.call`` carries its result text up to :data:`RESULT_TEXT_MAX_CHARS` (``result_text``).
+``tool.call`` carries its result text up to :data:`RESULT_TEXT_MAX_CHARS` (``result_text``); the
+``tool.call`` of a tool that raised, the exception's type name and text (``error_type``,
+``error_message``, up to :data:`ERROR_MESSAGE_MAX_CHARS`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ F = TypeVar("F", bound=Callable[..., None])
 # call from the recording (``runtime/tool_replay.py``); a longer one keeps only its hash. The lead's
 # results need none: the thread's checkpointed messages hold them.
 RESULT_TEXT_MAX_CHARS = 16_000
+# The longest exception text a failed tool call journals (``error_message``): more than the error
+# result quotes (``DETAIL_MAX_CHARS``), so a re-run that raises it again gives the model the same text.
+ERROR_MESSAGE_MAX_CHARS = 2_000
 
 
 def _guarded(hook: F) -> F:
@@ -242,7 +247,10 @@ class JournalCallbackHandler(BaseCallbackHandler):
         started = self._tools.pop(run_id, None)
         # An interrupt (e.g. a clarification question) pauses the run; it is not a failing tool.
         status = "interrupted" if isinstance(error, GraphInterrupt) else "error"
-        self._record_tool(started, kwargs, None, status, 0, error_type=type(error).__name__)
+        # The exception's text too (whitespace folded, bounded): a re-run raises it again instead
+        # of running the tool (runtime/tool_replay.py), so the model reads the same error.
+        text = " ".join(str(error).split())[:ERROR_MESSAGE_MAX_CHARS]
+        self._record_tool(started, kwargs, None, status, 0, error_type=type(error).__name__, error_message=text)
 
     def _record_tool(
         self,

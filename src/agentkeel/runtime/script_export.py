@@ -16,6 +16,10 @@ task ids, tool results and stop-reason sources are the recording's.
 The script is strict, and ``fallback: error``: a replay that asks for one model call more than
 was recorded fails with ``ScriptExhaustedError`` naming the agent, instance and turn, instead of
 inventing an answer.
+
+A recovered run (several attempts) is exported as it finished (``runtime/finished_run.py``): the
+model calls its lost attempt made in the step it died in, which the next attempt made again, are
+left out; those the next attempt continued from (up to its last checkpoint) are kept.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from agentkeel.harness.scripted.script import FALLBACK_ERROR, parse_script
+from agentkeel.runtime.finished_run import as_finished
 from agentkeel.runtime.stores.base import JournalEvent
 
 SUMMARY_CALLER = "middleware:summarization"
@@ -56,7 +61,7 @@ def export_script(events: Iterable[JournalEvent], messages: Sequence[BaseMessage
     call's recorded result in its request (``expect: {contains}``), so the replay fails there with
     ``ScriptExpectationError`` instead of answering a conversation that has already diverged.
     """
-    ordered = sorted(events, key=lambda e: e.seq)
+    ordered = as_finished(events)  # a recovered run: each model call the finished run made, once
     results = {m.tool_call_id: str(m.text) for m in messages if isinstance(m, ToolMessage)}
     agents: dict[str, list[dict[str, Any]]] = {}
     previous: JournalEvent | None = None  # the lead's previous model call

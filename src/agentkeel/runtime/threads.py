@@ -136,8 +136,11 @@ async def copy_thread(
     return copied
 
 
-async def copy_checkpoints(saver: BaseCheckpointSaver, source_id: str, target_id: str) -> None:
-    """Copy every checkpoint (all namespaces) and its pending writes to another thread id.
+async def copy_checkpoints(saver: BaseCheckpointSaver, source_id: str, target_id: str,
+                           until: str | None = None) -> None:
+    """Copy every checkpoint (all namespaces) and its pending writes to another thread id —
+    with ``until``, only those up to that checkpoint id (the thread as it was then: a re-run of a
+    later run starts there, ``runtime/replay_thread.py``).
 
     The savers implement no ``acopy_thread``, so the copy is made with their public API. The
     listing is read completely before writing (the SQLite saver holds its connection lock while a
@@ -148,6 +151,8 @@ async def copy_checkpoints(saver: BaseCheckpointSaver, source_id: str, target_id
     """
     tuples = [t async for t in saver.alist({"configurable": {"thread_id": source_id}})]
     for tup in sorted(tuples, key=lambda t: t.checkpoint["id"]):
+        if until is not None and tup.checkpoint["id"] > until:
+            continue  # written after it (checkpoint ids grow with time)
         configurable: dict[str, Any] = {
             "thread_id": target_id,
             "checkpoint_ns": tup.config["configurable"].get("checkpoint_ns", ""),

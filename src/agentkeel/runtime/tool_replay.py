@@ -26,10 +26,20 @@ before it (the calls of one turn run in parallel, in any order), or it is a
 expected, and the run fails on it (a call beyond the recording or asked twice too). A matching call whose recorded text hashes to the recorded ``result_sha256`` is answered by a
 stand-in tool returning that result (content, status, name, id) — run through the ordinary tool
 path, so the journal callbacks record the same ``tool.call`` and the outer guards see the same
-result. Where the recording holds no text (a child's result over the cap, a result a guard changed
-before it was checkpointed, a tool that raised or was interrupted), the call runs for real and its
-digest is checked; :attr:`RecordedTools.live` says which calls and why. ``task`` calls are never
-answered: their subagents run again, with their own calls answered the same way.
+result. A call whose tool raised is answered by a stand-in that raises the recorded exception
+again — its type's name and its text (``error_type`` and ``error_message`` of the ``tool.call``; a
+lead call of an older journal, the text quoted in its checkpointed error result) — so the same
+error result, ``tool_exception`` intervention and ``tool.call`` record follow, and the tool does
+not run. Where the recording holds no text (a child's result over the cap, a result a guard changed
+before it was checkpointed, an exception whose text is not recorded, an interrupted call), the call
+runs for real and its digest is checked; :attr:`RecordedTools.live` says which calls and why.
+``task`` calls are never answered: their subagents run again, with their own calls answered the
+same way.
+
+A recovered run (several attempts) is answered as it finished (``runtime/finished_run.py``): a
+call its lost attempt ran and the next attempt ran again has the later result; a call the recovery
+did not repeat (``recovered_call``: "outcome unknown") is in :attr:`RecordedTools.recovered_calls`,
+which the worker hands to the re-run's SideEffectLedger, so it answers it as the recovery did.
 
 What is not reproduced: an answered call's effect on the workspace (a ``bash`` command that wrote
 a file): the re-run's files then differ from the recording's, and the comparison says so.
@@ -38,6 +48,8 @@ a file): the re-run's files then differ from the recording's, and the comparison
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +59,7 @@ from langchain_core.tools import BaseTool
 from agentkeel.harness.middleware.keys import TASK_ID_METADATA
 from agentkeel.harness.subagents import TASK_TOOL
 from agentkeel.harness.tool_replay import ToolReplayMiss
+from agentkeel.runtime.finished_run import as_finished, recovered_calls
 from agentkeel.runtime.journal_callbacks import result_digest, tool_message
 from agentkeel.runtime.stores.base import JournalEvent
 
@@ -56,6 +69,10 @@ LEAD = "lead"
 # which the re-run reproduces, and the guards that read the workspace (ReadBeforeWrite's "changed
 # since read") must see the files they saw. Their calls are still matched and their results checked.
 WORKSPACE_CONFINED = frozenset({"read_file", "write_file", "str_replace", "ls", "glob", "grep"})
+# The error result ToolErrorHandling wrote for a tool that raised (``exception_message``): the
+# exception's text is quoted in it, for a journal whose ``tool.call`` predates ``error_message``.
+_RAISED = re.compile(r"Error: tool .+? failed with (?P<type>[^:]+): (?P<text>.*)\. Continue with the context "
+                     r"you have, or choose another tool\.", re.DOTALL)
 
 
 @dataclass
@@ -72,6 +89,7 @@ class RecordedCall:
     text: str | None
     turn: int  # the journal seq of the model call that asked for it: calls of one turn may run in any order
     why_live: str | None = None  # why the call runs for real, when it does
+    raised: tuple[str, str] | None = None  # the tool raised: its exception's type name and text
 
 
 @dataclass
@@ -82,12 +100,13 @@ class RecordedTools:
     answered: list[str] = field(default_factory=list)  # "<agent> #n name (id)"
     live: list[tuple[str, str]] = field(default_factory=list)  # (the same, why the call ran for real)
     misses: list[str] = field(default_factory=list)
+    recovered_calls: Mapping[str, str] = field(default_factory=dict)  # see the module docstring
     _used: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
     def from_recording(cls, events: list[JournalEvent], messages: list[BaseMessage]) -> RecordedTools:
         """Built from the recorded run's journal and its thread's checkpointed messages."""
-        ordered = sorted(events, key=lambda e: e.seq)
+        ordered = as_finished(events)
         asked = {str(c.get("id")): (e.seq, c) for e in ordered if e.kind == "model.call"
                  for c in (e.data.get("output") or {}).get("tool_calls") or []}
         lead_texts = {m.tool_call_id: m.content for m in messages if isinstance(m, ToolMessage)}
@@ -104,9 +123,10 @@ class RecordedTools:
             call = RecordedCall(agent, len(calls.get(agent, [])) + 1, call_id, str(data.get("name")),
                                 ask.get("args") or {}, str(data.get("status")), sha,
                                 text if isinstance(text, str) else None, turn)
+            call.raised = _raised(data, call.text)
             call.why_live = _why_live(call, data)
             calls.setdefault(agent, []).append(call)
-        return cls(calls)
+        return cls(calls, recovered_calls=recovered_calls(ordered))
 
     async def execute(self, request: Any, handler: Any) -> Any:
         call = request.tool_call
@@ -125,6 +145,10 @@ class RecordedTools:
             self.live.append((label, recorded.why_live))
             return result
         self.answered.append(label)
+        if recorded.raised is not None:  # the tool raised: so does its stand-in, with the same exception
+            kind, text = recorded.raised
+            return await handler(request.override(tool=_Raising(name=name, description=f"recorded {name}",
+                                                                 error_type=kind, error_text=text)))
         message = ToolMessage(content=recorded.text or "", name=name, tool_call_id=call_id,
                               status="error" if recorded.status == "error" else "success")
         return await handler(request.override(tool=_Recorded(name=name, description=f"recorded {name}",
@@ -168,11 +192,41 @@ class _Recorded(BaseTool):
         return self.result
 
 
+class _Raising(BaseTool):
+    """The stand-in for a tool that raised: raises an exception of the recorded type's name and text."""
+
+    error_type: str
+    error_text: str
+
+    def _error(self) -> Exception:
+        return type(self.error_type, (Exception,), {"__module__": __name__})(self.error_text)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._error()
+
+    async def _arun(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._error()
+
+
+def _raised(data: dict[str, Any], text: str | None) -> tuple[str, str] | None:
+    """The recorded exception of a call whose tool raised: from the journal, else from the lead's
+    checkpointed error result; None if the tool did not raise or the text is nowhere."""
+    kind = data.get("error_type")
+    if data.get("status") != "error" or not isinstance(kind, str) or not kind:
+        return None
+    if isinstance(data.get("error_message"), str):
+        return kind, data["error_message"]
+    quoted = _RAISED.fullmatch(text.strip()) if text else None
+    return (kind, quoted["text"]) if quoted is not None and quoted["type"] == kind else None
+
+
 def _why_live(call: RecordedCall, data: dict[str, Any]) -> str | None:
     if call.name in WORKSPACE_CONFINED:
         return "its effects stay in the workspace, which the re-run reproduces"
-    if call.status not in ("ok", "error") or data.get("error_type"):
-        return f"the recorded call {'raised' if data.get('error_type') else 'was ' + call.status}"
+    if data.get("error_type") and call.status == "error":
+        return None if call.raised is not None else "the recorded call raised and its exception text is not recorded"
+    if call.status not in ("ok", "error"):
+        return f"the recorded call was {call.status}"
     if call.text is None:
         return ("its result is over the journal's text cap (only its digest is recorded)" if call.agent != LEAD
                 else "its result is not in the checkpointed messages")
@@ -191,4 +245,19 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-__all__ = ["RecordedCall", "RecordedTools"]
+@dataclass
+class LiveTools:
+    """``--live-tools``: every call runs, but the calls a recovered run did not repeat are answered
+    as its recovery answered them (``recovered_calls``; the tool never ran to an end there)."""
+
+    recovered_calls: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_recording(cls, events: list[JournalEvent]) -> LiveTools:
+        return cls(recovered_calls(events))
+
+    async def execute(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+__all__ = ["LiveTools", "RecordedCall", "RecordedTools"]

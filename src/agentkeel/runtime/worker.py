@@ -244,6 +244,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         state.workspace.root, limits.snapshot_max_file_bytes, limits.snapshot_max_total_bytes,
         deps.content.reserve, deps.content.release,
     )
+    replay = deps.tool_replays.get(record.thread_id)  # a re-run: it also answers the recovered calls
     context = RunContext(
         thread_id=record.thread_id,
         run_id=record.run_id,
@@ -263,10 +264,10 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         stop_reasons=state.collector,
         journal=state.journal,
         usage=state.usage,
-        recovered_calls=recovered,
+        recovered_calls={**recovered, **(replay.recovered_calls if replay is not None else {})},
         delegation_outcomes=state.delegation_outcomes,
         task_events=TaskEventSink(deps.bridge, active, state.encoder),
-        tool_replay=deps.tool_replays.get(record.thread_id),
+        tool_replay=replay,
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input
