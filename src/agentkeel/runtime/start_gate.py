@@ -29,12 +29,12 @@ MAX_HOLD_S = 1.0  # longest one start is given priority
 class StartGate:
     """Counts starts in progress; running runs ``step_aside`` while there are any."""
 
-    def __init__(self, max_pause_s: float = MAX_PAUSE_S, max_hold_s: float = MAX_HOLD_S) -> None:
+    def __init__(self, max_pause_s: float | None = None, max_hold_s: float | None = None) -> None:
         self._holders = 0
         self._clear = asyncio.Event()
         self._clear.set()
-        self._max_pause_s = max_pause_s
-        self._max_hold_s = max_hold_s
+        self._max_pause_s = MAX_PAUSE_S if max_pause_s is None else max_pause_s
+        self._max_hold_s = MAX_HOLD_S if max_hold_s is None else max_hold_s
 
     @property
     def holders(self) -> int:

@@ -1,0 +1,112 @@
+"""Starting runs go first: the gate's holds, lapses and pauses, and that runs never leak a hold."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from runtime_support import (
+    LIGHT_MATRIX,
+    Keel,
+    backend_matrix,
+    call,
+    finished,
+    new_thread_id,
+    start,
+    turn,
+)
+
+from agentkeel.runtime import start_gate
+from agentkeel.runtime.records import MultitaskStrategy, RunStatus
+from agentkeel.runtime.requests import RequestError
+from agentkeel.runtime.start_gate import StartGate
+
+
+async def _spin(turns: int) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+async def test_release_is_counted_once_and_clears_the_gate() -> None:
+    gate = StartGate()
+    first, second = gate.hold(), gate.hold()
+    assert gate.holders == 2
+    first()
+    first()  # idempotent: a second call changes nothing
+    assert gate.holders == 1
+    second()
+    assert gate.holders == 0
+
+
+async def test_step_aside_on_a_clear_gate_does_not_yield() -> None:
+    gate = StartGate()
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    task = asyncio.create_task(other())
+    await gate.step_aside()
+    assert ran == []  # the other task never got a turn: no suspension happened
+    await task
+
+
+async def test_a_running_run_waits_until_the_start_is_over() -> None:
+    gate = StartGate(max_pause_s=30, max_hold_s=30)
+    release = gate.hold()
+    waiting = asyncio.create_task(gate.step_aside())
+    await _spin(20)
+    assert not waiting.done()
+    release()
+    await asyncio.wait_for(waiting, 5)
+
+
+async def test_a_pause_is_bounded_and_a_hold_lapses() -> None:
+    gate = StartGate(max_pause_s=0.05, max_hold_s=30)
+    gate.hold()  # never released
+    await asyncio.wait_for(gate.step_aside(), 5)  # gave up waiting after max_pause_s
+    assert gate.holders == 1
+
+    lapsing = StartGate(max_pause_s=30, max_hold_s=0.05)
+    lapsing.hold()  # never released either: it lapses by itself
+    await asyncio.wait_for(lapsing.step_aside(), 5)
+    assert lapsing.holders == 0
+    short = lapsing.hold(0.05)  # a per-hold lapse
+    await asyncio.wait_for(lapsing.step_aside(), 5)
+    assert lapsing.holders == 0
+    short()  # releasing after the lapse changes nothing
+    assert lapsing.holders == 0
+
+
+@backend_matrix(LIGHT_MATRIX)
+async def test_runs_leave_no_hold_behind_however_they_end(keel: Keel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Successful, refused, failing, cancelled-at-once, queued-then-cancelled and
+    running-then-cancelled runs: afterwards nothing holds the gate, so running runs would never be
+    slowed by a leaked hold. (Holds lapse by themselves; the lapse is put out of reach here.)"""
+    monkeypatch.setattr(start_gate, "MAX_HOLD_S", 600.0)
+    ok = [turn("done")]
+    failing = [{"raise": {"kind": "timeout", "message": "upstream read timed out"}, "repeat": "forever"}]
+    slow = [turn(None, call("bash", "c1", command="sleep 30")), turn("never")]
+    config = keel.config(
+        {"fast": ok, "failing": failing, "slow": slow}, tools={"bash": True},
+        limits={"llm_retry": {"max_attempts": 1, "base_delay_ms": 0, "max_delay_ms": 0}},
+    )
+    async with keel.open(config) as rt:
+        gate = rt.manager.start_gate
+        done = await start(rt, new_thread_id("ok"))
+        assert (await finished(rt, done.run_id)).status == RunStatus.success
+        with pytest.raises(RequestError):
+            await start(rt, new_thread_id("refused"), model_name="no-such-model")
+        failed = await start(rt, new_thread_id("bad"), model_name="failing")
+        assert (await finished(rt, failed.run_id)).status == RunStatus.error
+        at_once = await start(rt, new_thread_id("at-once"))
+        await rt.manager.cancel(at_once.run_id)  # before its task had a turn
+        await finished(rt, at_once.run_id)
+        thread = new_thread_id("busy")
+        running = await start(rt, thread, model_name="slow")
+        queued = await start(rt, thread, multitask_strategy=MultitaskStrategy.enqueue)
+        await rt.manager.cancel(queued.run_id)
+        await rt.manager.cancel(running.run_id)
+        await finished(rt, running.run_id)
+        await finished(rt, queued.run_id)
+        assert gate.holders == 0
