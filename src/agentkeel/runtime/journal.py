@@ -41,7 +41,8 @@ run.recovered      {lost_owner, lost_attempt, attempt, owner, policy, lease_expi
 model.call         {model, input_tokens, output_tokens, latency_ms, finish_reason, tool_calls: n,
                    estimated, [task_id,] output {text, tool_calls, invalid_tool_calls, provider}}
 model.error        {model, error_type, kind, status, message, latency_ms [, task_id]}
-tool.intent        {call_id, name, idempotent, attempt}: written through BEFORE the tool runs
+tool.intent        {call_id, name, idempotent, attempt}: recorded before the tool runs, and
+                   stored before it runs unless the tool is idempotent
                    (``harness.middleware.side_effect_ledger``)
 tool.call          {name, call_id, status (ok|error|interrupted), duration_ms, result_size
                    [, result_sha256] [, task_id] [, result_text] [, error_type]}: after the tool

@@ -49,9 +49,11 @@ from agentkeel.runtime.timeline import checkpoint_items
 from agentkeel.runtime.tool_replay import LiveTools, RecordedTools
 from agentkeel.sandbox.workspace import Workspace, to_relpath, to_virtual
 
-# Journal data that differs between two executions of the same run by nature, not by behaviour.
+# Journal data that differs between two executions of the same run by nature, not by behaviour
+# (``stream_seq``: the last id of the run's stream, which counts every attempt's events).
 VOLATILE = frozenset({"latency_ms", "duration_ms", "duration_s", "queued_s", "owner", "lease_expired_at",
-                      "seq", "tool_seq", "subagent_seq", "created_at", "updated_at", "started_at", "ended_at", "at"})
+                      "seq", "tool_seq", "subagent_seq", "created_at", "updated_at", "started_at", "ended_at", "at",
+                      "stream_seq"})
 # Journal data that says which attempt did it: a recovered run's is compared as it finished, with the
 # re-run's single attempt (``runtime/finished_run.py``).
 ATTEMPTS = frozenset({"attempt", "resumed_from", "lost_attempt"})

@@ -15,10 +15,14 @@ that may refuse or answer it):
    earlier attempt with no result and the tool is not idempotent), the tool is NOT run: the model
    receives an error result saying the outcome is unknown, that it was not repeated, and to check
    its effects before deciding to retry; an ``intervention`` (``recovered_call``) is journaled.
-2. Otherwise ``tool.intent`` ``{call_id, name, idempotent, attempt}`` is written through to the
-   journal, and only then does the tool run (its result is journaled as ``tool.call`` by the
-   runtime's callback handler) — or, in a re-run, the run's ``tool_replay`` answers it from the
-   recording (:mod:`agentkeel.harness.tool_replay`).
+2. Otherwise ``tool.intent`` ``{call_id, name, idempotent, attempt}`` is journaled, and only then
+   does the tool run (its result is journaled as ``tool.call`` by the runtime's callback handler)
+   — or, in a re-run, the run's ``tool_replay`` answers it from the recording
+   (:mod:`agentkeel.harness.tool_replay`). For a tool that is not idempotent the intent is
+   written *through* (stored before the tool starts); an idempotent tool's intent is recorded in
+   order and stored with the journal's next flush, because recovery re-runs such a call whether
+   or not its intent survived, and a store round trip before every ``read_file`` or ``ls`` was
+   most of what a tool call cost the runtime.
 3. If the intent cannot be stored, a tool that is not idempotent is not run (a crash after it
    could not be told from one before it, so the guarantee would be void): the model gets an error
    result and ``intent_unrecorded`` is journaled. An idempotent tool runs anyway: repeating it is
@@ -45,7 +49,8 @@ from agentkeel.harness.tools.idempotency import is_idempotent
 log = logging.getLogger(__name__)
 
 TOOL_INTENT = "tool.intent"
-"""The journal kind of a tool call's intent, written through before the tool runs."""
+"""The journal kind of a tool call's intent, journaled before the tool runs (stored before it
+runs when the tool is not idempotent)."""
 
 
 def recovered_message(name: str, tool_call_id: str, note: str, source: str) -> ToolMessage:
@@ -98,8 +103,12 @@ class SideEffectLedger(KeelMiddleware):
             return await handler(request)
         idempotent = is_idempotent(request.tool)
         intent = {"call_id": call_id, "name": name, "idempotent": idempotent, "attempt": ctx.attempt}
+        caller = f"middleware:{self.name}"
         try:
-            await ctx.journal.write_through(TOOL_INTENT, intent, caller=f"middleware:{self.name}")
+            if idempotent:  # recovery re-runs it anyway: recorded in order, stored with the next flush
+                ctx.journal.record(TOOL_INTENT, intent, caller=caller)
+            else:
+                await ctx.journal.write_through(TOOL_INTENT, intent, caller=caller)
         except Exception as exc:  # whatever the store raised: decided below (point 3 above)
             log.warning("run %s: intent of %s %s not journaled: %r", ctx.run_id, name, call_id, exc)
             self.intervene(
