@@ -25,7 +25,7 @@ async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheck
     """Yield a ready (``setup()`` done) async saver for ``connections``' database; close it on exit.
 
     ``memory://`` → ``InMemorySaver``; SQLite → ``InlineSqliteSaver``; PostgreSQL →
-    ``AsyncPostgresSaver`` on the shared pool.
+    ``PooledPostgresSaver`` on the shared pool.
     """
     backend = connections.database.url.backend
     if backend == "memory":
@@ -41,10 +41,12 @@ async def open_checkpointer(connections: Connections) -> AsyncIterator[BaseCheck
     else:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+        from agentkeel.runtime.checkpoints.postgres_saver import PooledPostgresSaver
+
         assert connections.pool is not None
         async with connections.unbounded() as conn, serialized_setup(conn):
             await AsyncPostgresSaver(conn).setup()
-        yield AsyncPostgresSaver(connections.pool)
+        yield PooledPostgresSaver(connections.pool)
 
 
 __all__ = ["open_checkpointer"]

@@ -1,0 +1,82 @@
+"""The two database savers' own behaviour: SQLite's on the event loop's thread (a busy database is
+waited out without holding the loop), PostgreSQL's on the pool without a process-wide lock."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from runtime_support import checkpointer_on
+
+from agentkeel.runtime.checkpoints.postgres_saver import PooledPostgresSaver
+from agentkeel.runtime.checkpoints.sqlite_saver import InlineSqliteSaver
+
+
+def _config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def _hold_write_lock(path: Path, held: threading.Event, release: threading.Event) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    held.set()
+    release.wait(10)
+    conn.execute("ROLLBACK")
+    conn.close()
+
+
+async def test_a_busy_sqlite_database_is_waited_out_without_holding_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "keel.db"
+    async with checkpointer_on(f"sqlite:///{path}") as saver:
+        assert isinstance(saver, InlineSqliteSaver)
+        held, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, held, release))
+        holder.start()
+        try:
+            await asyncio.to_thread(held.wait, 10)
+            checkpoint: Any = empty_checkpoint()
+            put = asyncio.create_task(saver.aput(_config("t1"), checkpoint, {"source": "input", "step": -1}, {}))
+            ticks = 0
+            for _ in range(20):  # the loop keeps turning while the write waits for the lock
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert not put.done()  # still waiting: another connection holds the write lock
+            assert ticks == 20
+        finally:
+            release.set()
+            await asyncio.to_thread(holder.join)
+        stored = await asyncio.wait_for(put, 10)
+        fetched = await saver.aget_tuple(stored)
+        assert fetched is not None and fetched.checkpoint["id"] == checkpoint["id"]
+
+
+@pytest.mark.postgres
+async def test_postgres_saver_calls_do_not_wait_for_each_other(pg_url: str) -> None:
+    async with checkpointer_on(pg_url) as saver:
+        assert isinstance(saver, PooledPostgresSaver)
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        stored = await saver.aput(_config(thread), empty_checkpoint(), {"source": "input", "step": -1}, {})
+        entered, leave = asyncio.Event(), asyncio.Event()
+
+        async def hold_a_cursor() -> None:
+            async with saver._cursor() as cur:  # one call in progress, as a slow write would be
+                await cur.execute("SELECT 1")
+                entered.set()
+                await leave.wait()
+
+        holder = asyncio.create_task(hold_a_cursor())
+        await asyncio.wait_for(entered.wait(), 10)
+        try:
+            # With a process-wide lock this read would wait until the holder leaves (never, here).
+            fetched = await asyncio.wait_for(saver.aget_tuple(stored), 10)
+            assert fetched is not None
+        finally:
+            leave.set()
+            await holder
