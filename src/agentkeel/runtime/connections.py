@@ -4,8 +4,8 @@
 journal and assistant stores, LangGraph's checkpointer and its key-value store all draw from what it
 opens, so ``database_pool.size`` bounds the connections a process holds.
 
-* **PostgreSQL** -- one psycopg ``AsyncConnectionPool``. LangGraph's ``AsyncPostgresSaver`` and
-  ``AsyncPostgresStore`` take the pool itself; the stores' SQLAlchemy engine has no pool of its own
+* **PostgreSQL** -- one psycopg ``AsyncConnectionPool``. LangGraph's PostgreSQL saver (as
+  ``PooledPostgresSaver``: a connection per call) and ``AsyncPostgresStore`` take the pool itself; the stores' SQLAlchemy engine has no pool of its own
   (``NullPool``) and takes each connection from this one (``async_creator``), and closing it hands
   the connection back (``close_returns``). A connection's state is reset between the two users:
   pooled connections are in autocommit, which LangGraph needs (its ``setup()`` runs ``CREATE INDEX
@@ -25,8 +25,9 @@ opens, so ``database_pool.size`` bounds the connections a process holds.
 * **SQLite** -- one SQLAlchemy engine for the three stores, its pool bounded by the same size, on
   connections that run on the event loop's thread (``sqlite_inline.py``: a statement never waits
   for a lock there, so it never blocks the loop). LangGraph's SQLite saver and store take a single
-  connection rather than a pool, so each keeps its own aiosqlite connection (with its thread) to
-  the same file (``sqlite_connection``).
+  connection rather than a pool: the saver keeps an inline one of its own
+  (``checkpoints/sqlite_saver.py``), the store an aiosqlite connection with its thread to the same
+  file (``sqlite_connection``).
 * **memory://** -- nothing to open.
 """
 
