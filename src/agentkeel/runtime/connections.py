@@ -224,7 +224,7 @@ def _sqlite_engine(path: Path, settings: DatabasePool) -> AsyncEngine:
 
 @contextlib.asynccontextmanager
 async def sqlite_connection(connections: Connections, **connect_kwargs: Any) -> AsyncIterator[Any]:
-    """An aiosqlite connection to the SQLite database, for LangGraph's saver or store.
+    """An aiosqlite connection to the SQLite database, for LangGraph's key-value store.
 
     WAL, so readers (the gateway reading state) never block a run writing checkpoints; a busy
     timeout, because the stores write to the same file from their own connections; and
