@@ -61,6 +61,33 @@ async def test_a_running_run_waits_until_the_start_is_over() -> None:
     await asyncio.wait_for(waiting, 5)
 
 
+async def test_starts_take_the_slots_in_order_of_arrival() -> None:
+    gate = StartGate(max_pause_s=30, max_hold_s=30, slots=1)
+    first = await gate.start()
+    order: list[str] = []
+
+    async def later(name: str) -> None:
+        release = await gate.start()
+        order.append(name)
+        release()
+
+    waiting = [asyncio.create_task(later(n)) for n in ("second", "third")]
+    await _spin(20)
+    assert order == [] and gate.holders == 3  # queued starts hold the gate too
+    first()
+    await asyncio.wait_for(asyncio.gather(*waiting), 5)
+    assert order == ["second", "third"]
+    assert gate.holders == 0 and gate.free_slots == 1
+
+
+async def test_a_slow_start_does_not_keep_the_next_waiting_forever() -> None:
+    gate = StartGate(max_pause_s=30, max_hold_s=0.05, slots=1)
+    await gate.start()  # never released: its slot lapses
+    release = await asyncio.wait_for(gate.start(), 5)
+    release()
+    assert gate.free_slots == 1
+
+
 async def test_a_pause_is_bounded_and_a_hold_lapses() -> None:
     gate = StartGate(max_pause_s=0.05, max_hold_s=30)
     gate.hold()  # never released
@@ -110,3 +137,4 @@ async def test_runs_leave_no_hold_behind_however_they_end(keel: Keel, monkeypatc
         await finished(rt, running.run_id)
         await finished(rt, queued.run_id)
         assert gate.holders == 0
+        assert gate.free_slots == start_gate.START_SLOTS

@@ -155,7 +155,7 @@ class Claimer:
         self._launch(record, sent)
         return True
 
-    async def claim_admitted(self, run_id: str) -> bool:
+    async def claim_admitted(self, run_id: str, release_start: Callable[[], None]) -> bool:
         """Claim and launch ``run_id``, just admitted by this process, from the admission itself;
         False (the run stays for the claim loop, which the caller wakes) when there is no capacity,
         the run is not startable or taken, or the claim failed.
@@ -163,7 +163,9 @@ class Claimer:
         Why not leave it to the loop: under load the loop's task gets its turn only after every
         other ready task has had one, so a new run's start would wait behind the steps of every
         run already executing. The claim is the same ``claim_next`` (limited to this run), so it
-        keeps its thread's FIFO and exactly-one-owner guarantees.
+        keeps its thread's FIFO and exactly-one-owner guarantees. ``release_start``: the
+        admission's hold on the start gate, which the launched run takes over (untouched when
+        False is returned).
         """
         if not self._claiming or len(self._runs) >= self._limits.worker_max_runs:
             return False
@@ -179,17 +181,24 @@ class Claimer:
             return False
         if self._only is not None:
             self._only.discard(run_id)
-        self._launch(record, sent)
+        self._launch(record, sent, release_start=release_start)
         return True
 
     # -- executing ---------------------------------------------------------------------------
-    def _launch(self, record: RunRecord, sent: float, resumed_from: int | None = None) -> None:
+    def _launch(
+        self, record: RunRecord, sent: float, resumed_from: int | None = None,
+        release_start: Callable[[], None] | None = None,
+    ) -> None:
         try:
             prepared = prepare_run(request_from_record(record), self._harness, self._limits)
         except Exception as exc:  # e.g. the assistant was removed from the config since admission
+            if release_start is not None:
+                release_start()
             self._spawn(self._refuse(record, exc), f"agentkeel-refuse-{record.run_id}")
             return
-        active = ActiveRun(record, prepared, resumed_from=resumed_from, release_start=self._deps.start_gate.hold())
+        if release_start is None:
+            release_start = self._deps.start_gate.hold()
+        active = ActiveRun(record, prepared, resumed_from=resumed_from, release_start=release_start)
         self._keeper.start_lease(active, sent)
         self._runs[record.run_id] = active
         if record.control is not None:

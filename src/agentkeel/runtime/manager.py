@@ -28,6 +28,8 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
@@ -72,6 +74,15 @@ Executes = Literal["all", "own", "none"]
 
 # How often ``wait`` re-reads a run executed by another process (it is woken by nothing else).
 WAIT_POLL_S = 0.25
+
+
+@dataclass
+class _Start:
+    """A run's hold on the start gate while it is admitted: handed over to the run when it is
+    launched from its admission (the run releases it at its first chunk), released here otherwise."""
+
+    release: Callable[[], None]
+    handed_over: bool = False
 
 
 class RunManager:
@@ -138,13 +149,16 @@ class RunManager:
     async def create(self, request: RunRequest) -> RunRecord:
         if not self._accepting:
             raise ShuttingDown("the runtime is shutting down and admits no new runs")
-        release = self._deps.start_gate.hold()  # running runs step aside while this one is admitted
+        # Running runs step aside while this one is admitted and started; the hold goes to the run
+        # when it is launched from here, and is released here otherwise.
+        start = _Start(await self._deps.start_gate.start())
         try:
-            return await self._admit(request)
+            return await self._admit(request, start)
         finally:
-            release()
+            if not start.handed_over:
+                start.release()
 
-    async def _admit(self, request: RunRequest) -> RunRecord:
+    async def _admit(self, request: RunRequest, start: _Start) -> RunRecord:
         prepared = prepare_run(request, self._harness, self._limits)  # before admission
         await self._check_checkpoint(prepared)
         now = utcnow()
@@ -180,7 +194,9 @@ class RunManager:
         # Started here and now when it can start at all, so its start does not wait for the claim
         # loop's next turn behind every other run's work; anything else goes to the workers.
         startable = not result.active_before and record.not_before is None
-        if not (startable and self.claimer is not None and await self.claimer.claim_admitted(record.run_id)):
+        if startable and self.claimer is not None and await self.claimer.claim_admitted(record.run_id, start.release):
+            start.handed_over = True
+        else:
             await self._wake_workers()
         await self._deps.bridge.announce(record.thread_id)  # wakes the thread's join streams
         return result.record

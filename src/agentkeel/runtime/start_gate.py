@@ -24,13 +24,17 @@ from collections.abc import Callable
 
 MAX_PAUSE_S = 0.25  # longest a running run waits at one chunk boundary
 MAX_HOLD_S = 1.0  # longest one start is given priority
+START_SLOTS = 2  # runs admitted and started at once; the others queue, in order
 
 
 class StartGate:
     """Counts starts in progress; running runs ``step_aside`` while there are any."""
 
-    def __init__(self, max_pause_s: float | None = None, max_hold_s: float | None = None) -> None:
+    def __init__(
+        self, max_pause_s: float | None = None, max_hold_s: float | None = None, slots: int | None = None
+    ) -> None:
         self._holders = 0
+        self._slots = asyncio.Semaphore(START_SLOTS if slots is None else slots)
         self._clear = asyncio.Event()
         self._clear.set()
         self._max_pause_s = MAX_PAUSE_S if max_pause_s is None else max_pause_s
@@ -40,6 +44,11 @@ class StartGate:
     def holders(self) -> int:
         """Starts in progress now."""
         return self._holders
+
+    @property
+    def free_slots(self) -> int:
+        """Start slots no run holds now."""
+        return self._slots._value  # asyncio.Semaphore keeps its count there; nothing else tells
 
     def hold(self, max_s: float | None = None) -> Callable[[], None]:
         """Mark a start in progress; call the returned handle (once or more) when it is over. It
@@ -62,6 +71,39 @@ class StartGate:
         lapse = asyncio.get_running_loop().call_later(self._max_hold_s if max_s is None else max_s, release)
         return release
 
+    async def start(self) -> Callable[[], None]:
+        """Hold the gate for a run being admitted and started, and wait for one of the start slots.
+
+        Why slots: ten runs admitted together all hold the gate, so nothing tells them apart and
+        they interleave, each await behind the other nine: every one of them is ready only when
+        all are, about ten starts' worth of work later. Taking the starts a couple at a time, in
+        order of arrival, makes the first ready after one start's work and the median after half
+        of them, for the same total (two slots, not one: a start that waits on a database round
+        trip leaves the loop to the other). The slot is given back with the hold, by the same
+        handle, and lapses with it after ``max_hold_s``.
+        """
+        release_hold = self.hold()
+        try:
+            async with asyncio.timeout(self._max_hold_s):
+                await self._slots.acquire()
+        except TimeoutError:  # the slots' holders are slow: go ahead rather than wait on
+            return release_hold
+        except BaseException:
+            release_hold()
+            raise
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                lapse.cancel()
+                self._slots.release()
+            release_hold()
+
+        lapse = asyncio.get_running_loop().call_later(self._max_hold_s, release)
+        return release
+
     async def step_aside(self) -> None:
         """Wait (at most ``max_pause_s``) while starts are in progress; returns at once otherwise,
         without yielding to the loop."""
@@ -74,4 +116,4 @@ class StartGate:
             pass
 
 
-__all__ = ["MAX_HOLD_S", "MAX_PAUSE_S", "StartGate"]
+__all__ = ["MAX_HOLD_S", "MAX_PAUSE_S", "START_SLOTS", "StartGate"]
