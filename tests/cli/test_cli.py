@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ def keel(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKEEL_")}
     full_env.update({"COLUMNS": "160", "NO_COLOR": "1", **(env or {})})
     return subprocess.run([*KEEL, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def keel_side_by_side(*calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Independent ``keel`` commands started together, their results in order: each spends seconds
+    starting up (mostly imports), and two cores start two at once (more at once only thrash)."""
+    with ThreadPoolExecutor(min(len(calls), 2)) as pool:
+        return list(pool.map(lambda args: keel(*args, cwd=cwd), calls))
 
 
 @pytest.fixture
@@ -85,29 +93,32 @@ def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledge
 
 def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> None:
     (workdir / "bad.yaml").write_text("limits: {run_timeout_s: soon}\n")
-    bad_config = keel("run", "hi", "--config", "bad.yaml", cwd=workdir)
+    (workdir / "guard.yaml").write_text("limits: {loop_detection: {warn_threshold: 6}}\n")
+    (workdir / "mw.yaml").write_text("assistants: [{assistant_id: lead, middleware: ['nope.module:Thing']}]\n")
+    (workdir / "broken.yaml").write_text("agents: {lead: [{say: 'unclosed}]}\n")
+    (workdir / "script_cfg.yaml").write_text("models: [{name: m, use: scripted, script: broken.yaml}]\n")
+    bad_config, bad_guard, bad_middleware, bad_script, bad_model, missing = keel_side_by_side(
+        ("run", "hi", "--config", "bad.yaml"),
+        ("run", "hi", "--config", "guard.yaml"),
+        ("run", "hi", "--config", "mw.yaml"),
+        ("run", "hi", "--config", "script_cfg.yaml"),
+        ("run", "hi", "--model", "nope"),
+        ("runs", "show", "no-such-run"),
+        cwd=workdir,
+    )
     assert bad_config.returncode == 2 and "limits.run_timeout_s" in bad_config.stderr
     assert "Traceback" not in bad_config.stderr
 
-    (workdir / "guard.yaml").write_text("limits: {loop_detection: {warn_threshold: 6}}\n")
-    bad_guard = keel("run", "hi", "--config", "guard.yaml", cwd=workdir)
     assert bad_guard.returncode == 2 and "limits.loop_detection" in bad_guard.stderr
     assert "hard_limit must be >= warn_threshold" in bad_guard.stderr and "Traceback" not in bad_guard.stderr
 
-    (workdir / "mw.yaml").write_text("assistants: [{assistant_id: lead, middleware: ['nope.module:Thing']}]\n")
-    bad_middleware = keel("run", "hi", "--config", "mw.yaml", cwd=workdir)
     assert bad_middleware.returncode == 2 and "assistants.0.middleware.0" in bad_middleware.stderr
     assert "Traceback" not in bad_middleware.stderr
 
-    (workdir / "broken.yaml").write_text("agents: {lead: [{say: 'unclosed}]}\n")
-    (workdir / "script_cfg.yaml").write_text("models: [{name: m, use: scripted, script: broken.yaml}]\n")
-    bad_script = keel("run", "hi", "--config", "script_cfg.yaml", cwd=workdir)
     assert bad_script.returncode == 2 and "broken.yaml" in bad_script.stderr and "Traceback" not in bad_script.stderr
 
-    bad_model = keel("run", "hi", "--model", "nope", cwd=workdir)
     assert bad_model.returncode == 2 and "allowlist" in bad_model.stderr and "Traceback" not in bad_model.stderr
 
-    missing = keel("runs", "show", "no-such-run", cwd=workdir)
     assert missing.returncode == 1 and "no run" in missing.stderr
 
 
@@ -134,9 +145,9 @@ def test_a_clarification_is_answered_with_resume(workdir: Path) -> None:
     assert ledger["status"] == "success" and ledger["stop_reasons"] == [] and ledger["resume"]["question"] is None
     assert (workdir / ".agentkeel" / "threads" / "t-ask" / "workspace" / "out.md").read_text() == "ok"
 
-    neither = keel("run", "--config", "keel.yaml", cwd=workdir)
+    neither, no_thread = keel_side_by_side(
+        ("run", "--config", "keel.yaml"), ("run", "--resume", "yes", "--config", "keel.yaml"), cwd=workdir)
     assert neither.returncode == 2 and "either a PROMPT or --resume" in neither.stderr
-    no_thread = keel("run", "--resume", "yes", "--config", "keel.yaml", cwd=workdir)
     assert no_thread.returncode == 2 and "--thread" in no_thread.stderr
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cli import keel
+from test_cli import keel, keel_side_by_side
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +34,14 @@ def demo_run(demo_dir: tuple[Path, str], tmp_path: Path) -> str:
 
 def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: Path, demo_run: str) -> None:
     run_id = demo_run
-    shown = keel("replay", run_id, cwd=tmp_path)
+    shown, shown_json = keel_side_by_side(("replay", run_id), ("replay", run_id, "--json"), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     for text in ("attempt 1 started", "checkpoint step 0", "model lead demo", "tool write_file",
                  "✎ /workspace/outputs/report.md", "guard ReadBeforeWrite: blocked", "run ended success",
                  "journal, checkpoints and stream agree"):
         assert text in shown.stdout, text
 
-    as_json = json.loads(keel("replay", run_id, "--json", cwd=tmp_path).stdout)
+    as_json = json.loads(shown_json.stdout)
     kinds = [i["kind"] for i in as_json["items"]]
     assert as_json["divergences"] == [] and as_json["stream"]["state"] == "gone"  # another process's memory stream
     assert kinds[0] == "run.start" and kinds[-1] == "run.end" and "checkpoint" in kinds
@@ -69,9 +69,10 @@ def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: 
 
 
 def test_a_bad_run_id_is_a_message_and_a_non_zero_exit(tmp_path: Path) -> None:
-    missing = keel("replay", "no-such-run", cwd=tmp_path)
+    missing, both = keel_side_by_side(
+        ("replay", "no-such-run"), ("replay", "x", "--fork-at", "3", "--model", "demo", "--script", "s.yaml"),
+        cwd=tmp_path)
     assert missing.returncode == 1 and "no run 'no-such-run'" in missing.stderr
-    both = keel("replay", "x", "--fork-at", "3", "--model", "demo", "--script", "s.yaml", cwd=tmp_path)
     assert both.returncode == 2 and "not both" in both.stderr
 
 
