@@ -44,6 +44,7 @@ from load_support import (  # type: ignore[import-not-found]  # noqa: E402
     delete_redis_keys,
     journal_rows,
     start_all,
+    stop_all,
     user_input,
     write_config,
 )
@@ -161,8 +162,7 @@ async def measure(workers: int, runs: int, threads: int, probes: int, pg_admin: 
                     rows = await _settled(pg_url, run_ids, 600)
                 journal = await journal_rows(pg_url)
             finally:
-                for proc in [*procs, *gateways]:
-                    proc.stop()
+                stop_all([*procs, *gateways])
     finally:
         await scratch_database(pg_admin, name, create=False)
         await delete_redis_keys(redis, prefix)

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ def keel(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTKEEL_")}
     full_env.update({"COLUMNS": "160", "NO_COLOR": "1", **(env or {})})
     return subprocess.run([*KEEL, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def keel_side_by_side(*calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Independent ``keel`` commands started together, their results in order: each spends seconds
+    starting up (mostly imports), and two cores start two at once (more at once only thrash)."""
+    with ThreadPoolExecutor(min(len(calls), 2)) as pool:
+        return list(pool.map(lambda args: keel(*args, cwd=cwd), calls))
 
 
 @pytest.fixture
@@ -85,29 +93,32 @@ def test_run_with_a_script_that_fails_exits_non_zero_with_the_error_in_the_ledge
 
 def test_bad_input_gets_a_clear_message_and_a_non_zero_exit(workdir: Path) -> None:
     (workdir / "bad.yaml").write_text("limits: {run_timeout_s: soon}\n")
-    bad_config = keel("run", "hi", "--config", "bad.yaml", cwd=workdir)
+    (workdir / "guard.yaml").write_text("limits: {loop_detection: {warn_threshold: 6}}\n")
+    (workdir / "mw.yaml").write_text("assistants: [{assistant_id: lead, middleware: ['nope.module:Thing']}]\n")
+    (workdir / "broken.yaml").write_text("agents: {lead: [{say: 'unclosed}]}\n")
+    (workdir / "script_cfg.yaml").write_text("models: [{name: m, use: scripted, script: broken.yaml}]\n")
+    bad_config, bad_guard, bad_middleware, bad_script, bad_model, missing = keel_side_by_side(
+        ("run", "hi", "--config", "bad.yaml"),
+        ("run", "hi", "--config", "guard.yaml"),
+        ("run", "hi", "--config", "mw.yaml"),
+        ("run", "hi", "--config", "script_cfg.yaml"),
+        ("run", "hi", "--model", "nope"),
+        ("runs", "show", "no-such-run"),
+        cwd=workdir,
+    )
     assert bad_config.returncode == 2 and "limits.run_timeout_s" in bad_config.stderr
     assert "Traceback" not in bad_config.stderr
 
-    (workdir / "guard.yaml").write_text("limits: {loop_detection: {warn_threshold: 6}}\n")
-    bad_guard = keel("run", "hi", "--config", "guard.yaml", cwd=workdir)
     assert bad_guard.returncode == 2 and "limits.loop_detection" in bad_guard.stderr
     assert "hard_limit must be >= warn_threshold" in bad_guard.stderr and "Traceback" not in bad_guard.stderr
 
-    (workdir / "mw.yaml").write_text("assistants: [{assistant_id: lead, middleware: ['nope.module:Thing']}]\n")
-    bad_middleware = keel("run", "hi", "--config", "mw.yaml", cwd=workdir)
     assert bad_middleware.returncode == 2 and "assistants.0.middleware.0" in bad_middleware.stderr
     assert "Traceback" not in bad_middleware.stderr
 
-    (workdir / "broken.yaml").write_text("agents: {lead: [{say: 'unclosed}]}\n")
-    (workdir / "script_cfg.yaml").write_text("models: [{name: m, use: scripted, script: broken.yaml}]\n")
-    bad_script = keel("run", "hi", "--config", "script_cfg.yaml", cwd=workdir)
     assert bad_script.returncode == 2 and "broken.yaml" in bad_script.stderr and "Traceback" not in bad_script.stderr
 
-    bad_model = keel("run", "hi", "--model", "nope", cwd=workdir)
     assert bad_model.returncode == 2 and "allowlist" in bad_model.stderr and "Traceback" not in bad_model.stderr
 
-    missing = keel("runs", "show", "no-such-run", cwd=workdir)
     assert missing.returncode == 1 and "no run" in missing.stderr
 
 
@@ -134,19 +145,41 @@ def test_a_clarification_is_answered_with_resume(workdir: Path) -> None:
     assert ledger["status"] == "success" and ledger["stop_reasons"] == [] and ledger["resume"]["question"] is None
     assert (workdir / ".agentkeel" / "threads" / "t-ask" / "workspace" / "out.md").read_text() == "ok"
 
-    neither = keel("run", "--config", "keel.yaml", cwd=workdir)
+    neither, no_thread = keel_side_by_side(
+        ("run", "--config", "keel.yaml"), ("run", "--resume", "yes", "--config", "keel.yaml"), cwd=workdir)
     assert neither.returncode == 2 and "either a PROMPT or --resume" in neither.stderr
-    no_thread = keel("run", "--resume", "yes", "--config", "keel.yaml", cwd=workdir)
     assert no_thread.returncode == 2 and "--thread" in no_thread.stderr
 
 
-def test_serve_refuses_a_non_loopback_host_without_auth(tmp_path: Path) -> None:
-    for host in ("0.0.0.0", "192.168.1.10", "::", "example.com"):
-        result = keel("serve", "--host", host, "--port", "0", cwd=tmp_path)
-        assert result.returncode == 2, host
-        assert "no authentication" in result.stderr and "--insecure" in result.stderr
-        assert "auth.mode" in result.stderr  # the other way out: configure authentication
-        assert "Traceback" not in result.stderr
+def _assert_refused(host: str, code: int, stderr: str) -> None:
+    text = " ".join(stderr.split())  # rich wraps at the terminal's width
+    assert code == 2, host
+    assert "no authentication" in text and "--insecure" in text
+    assert "auth.mode" in text  # the other way out: configure authentication
+    assert "Traceback" not in text
+
+
+def test_serve_refuses_a_non_loopback_host_without_auth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One real process (the exit code a user's shell sees); the other hosts through the same
+    # command in this process, which saves a start-up (seconds on 2 cores) per host.
+    result = keel("serve", "--host", "0.0.0.0", "--port", "0", cwd=tmp_path)
+    _assert_refused("0.0.0.0", result.returncode, result.stderr)
+    from typer.testing import CliRunner
+
+    import agentkeel.cli.serve
+    from agentkeel.cli.main import app
+
+    def served(*args: object, **kwargs: object) -> int:
+        raise AssertionError("the refused host was served")  # a regression fails, never hangs
+
+    monkeypatch.setattr(agentkeel.cli.serve, "serve_gateway", served)
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("AGENTKEEL_")]:
+        monkeypatch.delenv(name)
+    for host in ("192.168.1.10", "::", "example.com"):
+        invoked = CliRunner().invoke(app, ["serve", "--host", host, "--port", "0"])
+        assert not isinstance(invoked.exception, Exception), invoked.exception  # only the exit
+        _assert_refused(host, invoked.exit_code, invoked.stderr)
     assert not (tmp_path / ".agentkeel").exists()  # refused before anything was set up
 
 

@@ -3,30 +3,45 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
 import yaml
-from test_cli import keel
+from test_cli import keel, keel_side_by_side
 
 
-def demo_run(workdir: Path) -> str:
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One ``keel demo`` for the module (the demo and its process start-up are most of each test's
+    time): its directory and run id. Tests never touch it; each works on a copy (``demo_run``)."""
+    workdir = tmp_path_factory.mktemp("demo")
     demo = keel("demo", cwd=workdir)
     assert demo.returncode == 0, demo.stderr
     listed = keel("runs", "list", "--json", cwd=workdir)
-    return str(json.loads(listed.stdout)[0]["run_id"])
+    return workdir, str(json.loads(listed.stdout)[0]["run_id"])
 
 
-def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: Path) -> None:
-    run_id = demo_run(tmp_path)
-    shown = keel("replay", run_id, cwd=tmp_path)
+@pytest.fixture
+def demo_run(demo_dir: tuple[Path, str], tmp_path: Path) -> str:
+    """The demo's run, in a copy of its directory at ``tmp_path`` (its database, threads and
+    workspaces: relative to the directory, so the copy is a demo of its own to corrupt or fork)."""
+    workdir, run_id = demo_dir
+    shutil.copytree(workdir, tmp_path, symlinks=True, dirs_exist_ok=True)
+    return run_id
+
+
+def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: Path, demo_run: str) -> None:
+    run_id = demo_run
+    shown, shown_json = keel_side_by_side(("replay", run_id), ("replay", run_id, "--json"), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     for text in ("attempt 1 started", "checkpoint step 0", "model lead demo", "tool write_file",
                  "✎ /workspace/outputs/report.md", "guard ReadBeforeWrite: blocked", "run ended success",
                  "journal, checkpoints and stream agree"):
         assert text in shown.stdout, text
 
-    as_json = json.loads(keel("replay", run_id, "--json", cwd=tmp_path).stdout)
+    as_json = json.loads(shown_json.stdout)
     kinds = [i["kind"] for i in as_json["items"]]
     assert as_json["divergences"] == [] and as_json["stream"]["state"] == "gone"  # another process's memory stream
     assert kinds[0] == "run.start" and kinds[-1] == "run.end" and "checkpoint" in kinds
@@ -54,14 +69,15 @@ def test_replay_shows_the_aligned_timeline_exports_and_reruns_offline(tmp_path: 
 
 
 def test_a_bad_run_id_is_a_message_and_a_non_zero_exit(tmp_path: Path) -> None:
-    missing = keel("replay", "no-such-run", cwd=tmp_path)
+    missing, both = keel_side_by_side(
+        ("replay", "no-such-run"), ("replay", "x", "--fork-at", "3", "--model", "demo", "--script", "s.yaml"),
+        cwd=tmp_path)
     assert missing.returncode == 1 and "no run 'no-such-run'" in missing.stderr
-    both = keel("replay", "x", "--fork-at", "3", "--model", "demo", "--script", "s.yaml", cwd=tmp_path)
     assert both.returncode == 2 and "not both" in both.stderr
 
 
-def test_a_corrupted_journal_is_flagged_with_exit_1(tmp_path: Path) -> None:
-    run_id = demo_run(tmp_path)
+def test_a_corrupted_journal_is_flagged_with_exit_1(tmp_path: Path, demo_run: str) -> None:
+    run_id = demo_run
     with sqlite3.connect(tmp_path / ".agentkeel" / "keel.db") as db:
         db.execute("DELETE FROM journal WHERE run_id = ? AND seq = 5", (run_id,))
     shown = keel("replay", run_id, cwd=tmp_path)
@@ -69,8 +85,8 @@ def test_a_corrupted_journal_is_flagged_with_exit_1(tmp_path: Path) -> None:
     assert "journal_gap" in shown.stdout and "journal seqs missing: 5" in shown.stdout
 
 
-def test_a_fork_continues_the_thread_from_a_step_with_a_script(tmp_path: Path) -> None:
-    run_id = demo_run(tmp_path)
+def test_a_fork_continues_the_thread_from_a_step_with_a_script(tmp_path: Path, demo_run: str) -> None:
+    run_id = demo_run
     script = tmp_path / "fork.yaml"
     script.write_text(yaml.safe_dump({"agents": {"lead": [{"say": "A different ending."}]}}))
     forked = keel("replay", run_id, "--fork-at", "2", "--script", str(script), cwd=tmp_path)

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from server_support import KeelServer, start_server, write_project
 
-BASH = "echo started >> starts.txt; sleep 3; echo once >> count.txt"
+TOOL_S = 3  # how long the tool sleeps between its two lines
+BASH = f"echo started >> starts.txt; sleep {TOOL_S}; echo once >> count.txt"
 SCRIPT = {"agents": {"lead": [
     {"say": "Appending the line.", "tool_calls": [{"name": "bash", "args": {"command": BASH}}]},
     {"say": "Checked: the line is there."},
@@ -114,6 +115,7 @@ async def test_kill_9_mid_tool_then_restart(tmp_path: Path, policy: str, backend
             observer = asyncio.create_task(follow(server.url, f"{run_path}/stream", first, "-1"))
             starts = workspace_of(thread) / "starts.txt"
             await poll(lambda: asyncio.sleep(0, starts.exists()), 20, "the tool to start")
+            tool_started = time.monotonic()
             await asyncio.sleep(0.5)  # past the journal's flush interval
         server.signal(signal.SIGKILL)
         server.wait(10)
@@ -161,7 +163,10 @@ async def test_kill_9_mid_tool_then_restart(tmp_path: Path, policy: str, backend
             seqs = [e["seq"] for e in journal]
             assert seqs == sorted(set(seqs))
 
-            await asyncio.sleep(3.5)  # long enough for a surviving or re-run command to append
+            # Long enough for a command that outlived the server to append: until TOOL_S (and a
+            # margin) after it started, which the restart has mostly used up. A re-run command
+            # would have appended before the run could end (resume), or not run at all (fail).
+            await asyncio.sleep(max(0.0, tool_started + TOOL_S + 0.5 - time.monotonic()))
             started = (workspace_of(thread) / "starts.txt").read_text().splitlines()
             if policy == "resume":
                 assert started == ["started"], "the non-idempotent tool call was executed again"

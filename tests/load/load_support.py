@@ -92,15 +92,32 @@ class Proc:
             os.kill(self.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def terminate(self) -> None:
+        """SIGTERM (once): the process drains, then exits."""
         if self.process.poll() is None:
             os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+
+    def reap(self, timeout: float = 20.0) -> int:
+        """Wait for the exit a :meth:`terminate` asked for; SIGKILL after ``timeout``."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait(timeout=5)
         return int(self.process.returncode)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        self.terminate()
+        return self.reap(timeout)
+
+
+def stop_all(procs: Iterable[Proc], timeout: float = 20.0) -> None:
+    """Stop every process: all are signalled first, so they drain side by side, not one by one."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.reap(timeout)
 
 
 def spawn(config: Path, kind: str, name: str, extra: Sequence[str] = ()) -> Proc:
@@ -151,8 +168,7 @@ async def start_all(config: Path, workers: int, gateways: int) -> tuple[list[Pro
     try:
         await asyncio.gather(*(ready(p) for p in procs))
     except BaseException:
-        for proc in procs:
-            proc.stop(timeout=5)
+        stop_all(procs, timeout=5)
         raise
     return procs[:workers], procs[workers:]
 

@@ -1,6 +1,6 @@
 """Load across processes: 2 ``keel worker`` + 2 ``keel serve --no-worker`` on PostgreSQL + Redis.
 
-500 runs over 50 threads arrive through both gateways in bursts under every multitask strategy,
+300 runs over 30 threads arrive through both gateways in bursts under every multitask strategy,
 and one worker is killed with SIGKILL in the middle (a replacement starts; the dead owner's runs
 are recovered at once, since it is on this host and its pid is gone). Half of the threads use an
 assistant whose lost runs fail, half one whose lost runs resume; the resuming threads see only
@@ -10,7 +10,7 @@ assistant whose lost runs fail, half one whose lost runs resume; the resuming th
 The load runs once (module fixture ``load``); each test checks one invariant against what the
 processes recorded — the runs table and the journal read straight from PostgreSQL, the workers'
 logs — never against what the test sent. Marked ``load`` (``pytest -m load`` selects these); they
-are part of the normal suite. About 40-60 s on 2 cores, mostly the load itself.
+are part of the normal suite. About 25-40 s on 2 cores, mostly the load itself.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from load_support import (
     seq_problems,
     spawn,
     start_all,
+    stop_all,
     user_input,
     write_config,
 )
@@ -53,10 +54,12 @@ pytestmark = [
     pytest.mark.load, pytest.mark.postgres, pytest.mark.redis, pytest.mark.asyncio(loop_scope="module"),
 ]
 
-THREADS = 50
-BURSTS = (3, 2, 3, 2)  # runs per burst on one thread: 10 per thread, 500 in all
+# 30 threads, not 50: the same bursts, strategies, kill and recovery paths at 60% of the runs (the
+# load's wall time is most of the test's).
+THREADS = 30
+BURSTS = (3, 2, 3, 2)  # runs per burst on one thread: 10 per thread, 300 in all
 RESUMING = ("enqueue", "reject", "enqueue", "reject")  # the bursts of the ``resume`` threads
-KILL_AFTER = 150  # admitted runs before the worker is killed
+KILL_AFTER = 90  # admitted runs before the worker is killed (30% of them)
 SETTLE_S = 90.0
 _FENCED = re.compile(r"run (\S+) attempt (\d+): lease lost")
 
@@ -157,8 +160,7 @@ async def load(
             print(f"--- {proc.name} (pid {proc.pid}) ---\n{proc.output()[-3000:]}")
         raise
     finally:
-        for proc in procs:
-            proc.stop(timeout=15)
+        stop_all(procs, timeout=15)
         await delete_redis_keys(redis_url, prefix)
     statuses = Counter(row["status"] for row in outcome.rows.values())
     recovered = Counter(row.data["policy"] for row in outcome.journal if row.kind == "run.recovered")
@@ -204,12 +206,16 @@ async def _drive(config: Path, pg_url: str, victim: Proc, gateways: list[Proc], 
         rows = await settle(pg_url)
         journal = await journal_rows(pg_url)
 
-        after = []  # a new run on every thread, once everything settled
+        # A new run on every thread, once everything settled. Under the ``resume`` assistant: on a
+        # loaded machine a live worker may miss a 3 s renewal and give a run up (``self_fenced``,
+        # see docs/operations.md), which under ``fail`` ends it in error; what is checked here is
+        # that every thread takes a run and completes it, not the lease margin.
+        after = []
         for i, thread_id in enumerate(thread_ids):
             response = await clients[i % 2].post(f"/threads/{thread_id}/runs", json={
-                "assistant_id": "lead", "input": user_input("after"), "multitask_strategy": "reject"})
+                "assistant_id": "steady", "input": user_input("after"), "multitask_strategy": "reject"})
             after.append((thread_id, response.json()["run_id"] if response.status_code == 200 else None))
-        final = await settle(pg_url, {r for _, r in after if r}, timeout=30)
+        final = await settle(pg_url, {r for _, r in after if r}, timeout=60)
     fenced = {m.group(1) for p in procs if p is not victim for m in _FENCED.finditer(p.output())}
     return Outcome(
         tally=load.tally, admitted=load.admitted, rows=rows, journal=journal, victim=victim.owner,

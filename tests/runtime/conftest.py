@@ -5,8 +5,11 @@ is memory:// with the memory bridge. PostgreSQL and Redis come from the session 
 ``tests/conftest.py``, requested only by the parameters that need them, so they skip (or fail
 under ``AGENTKEEL_REQUIRE_SERVICES=1``) exactly where they are used.
 
-Isolation: each test gets its own SQLite file and data directory (``tmp_path``); on the shared
-PostgreSQL database tests use unique thread ids (run ids are UUIDs). Whatever ``stream_prefix`` a
+Isolation: each test gets its own SQLite file and data directory (``tmp_path``). On PostgreSQL each
+test module gets a database of its own (``module_pg_url``), and its tests use unique thread ids (run
+ids are UUIDs): a runtime's worker claims every startable run of its database, so a run another
+module left pending (or running, under an expired lease) would otherwise be claimed, or recovered,
+by the next module's runtime. Whatever ``stream_prefix`` a
 test's config names, ``keel`` wraps ``open_bridge`` so Redis keys use the test's own
 ``redis_prefix``, and deletes the test's keys afterwards.
 
@@ -38,7 +41,7 @@ def keel_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     elif database == "sqlite":
         database_url = f"sqlite:///{tmp_path / 'db' / 'keel.db'}"
     elif database == "postgres":
-        database_url = request.getfixturevalue("pg_url")
+        database_url = request.getfixturevalue("module_pg_url")
     else:
         raise ValueError(database)
     stream_url = "memory" if stream == "memory" else request.getfixturevalue("redis_url")

@@ -75,7 +75,10 @@ async def _sampled(admin: psycopg.AsyncConnection, app: str) -> AsyncIterator[li
 @backend_matrix([POSTGRES])
 async def test_runs_state_reads_and_store_calls_share_one_bounded_pool(keel: Keel, pg_url: str) -> None:
     size, app = 3, _app()
-    config = keel.config({"fast": FAST}, database=f"{pg_url}?application_name={app}", database_pool={"size": size})
+    # The module's own database (the one ``keel`` was given), not the session's: a runtime claims
+    # every startable run of the database it opens.
+    database = f"{keel.backend.database_url}?application_name={app}"
+    config = keel.config({"fast": FAST}, database=database, database_pool={"size": size})
     threads = [new_thread_id("pool") for _ in range(6)]
 
     async with _admin(pg_url) as admin:

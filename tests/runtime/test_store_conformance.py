@@ -1,7 +1,9 @@
 """The one suite every RunStore/JournalStore pair must pass: memory, SQLite and PostgreSQL.
 
-PostgreSQL tests share a database per session and stay apart through fresh thread ids; the few
-tests that list every row ask for an ``empty`` store (a database of their own).
+PostgreSQL tests share a database of this module's own (``module_pg_url``) and stay apart through
+fresh thread ids; the few tests that list every row ask for an ``empty`` store (a database of their
+own). Not the session's ``pg_url``: these tests leave pending and running runs behind, which a
+runtime test's worker on that database would claim.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _url(request: pytest.FixtureRequest, tmp_path: Path, *, empty: bool) -> str:
         return "memory://"
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/db/keel.db"
-    return str(request.getfixturevalue("fresh_pg_url" if empty else "pg_url"))
+    return str(request.getfixturevalue("fresh_pg_url" if empty else "module_pg_url"))
 
 
 async def _open(url: str) -> AsyncIterator[Stores]:
