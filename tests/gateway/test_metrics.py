@@ -16,7 +16,7 @@ from console_support import write_console_project
 from prometheus_client.parser import text_string_to_metric_families
 from server_support import KeelServer, start_server
 
-from agentkeel.gateway import tracing
+from agentkeel.runtime import tracing
 from agentkeel.runtime.records import RunRecord, RunStatus, utcnow
 from agentkeel.runtime.stores.base import JournalEvent
 

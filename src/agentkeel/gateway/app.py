@@ -66,7 +66,7 @@ def create_app(
             await given.settle()
             return
         async with open_runtime(
-            config, harness=harness, completion_hooks=[metrics.on_run_finished],
+            config, harness=harness,
             drain_s=config.gateway.drain_s, executes="all" if worker else "none",
         ) as runtime:
             gw = app.state.gateway = Gateway(runtime, config.gateway, metrics)

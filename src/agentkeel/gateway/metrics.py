@@ -12,9 +12,6 @@ status (``agentkeel_store_runs``), which is what a ``keel serve --no-worker`` ca
 does not execute: one indexed count per scrape, bounded by ``STORE_COUNT_TIMEOUT_S``.
 
 Nothing here is durable: a restart starts the counters at zero, as Prometheus expects.
-
-The finished-run hook hands the run's journal to the optional tracer (``tracing``); it reads the
-journal only when a tracer provider is installed.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agentkeel.gateway import tracing
 from agentkeel.runtime.metrics import CONTENT_TYPE
-from agentkeel.runtime.records import RunRecord, RunStatus
+from agentkeel.runtime.records import RunStatus
 
 if TYPE_CHECKING:
     from agentkeel.runtime.runtime import Runtime
@@ -78,12 +74,6 @@ class Metrics:
     def admitted(self, seconds: float) -> None:
         self.runs_created.inc()
         self.admission_seconds.observe(seconds)
-
-    async def on_run_finished(self, record: RunRecord) -> None:
-        """A runtime completion hook: the run's spans, when a tracer provider is installed (the
-        runtime's own hook counts the run)."""
-        if self.runtime is not None and tracing.enabled():
-            tracing.emit_run(record, await self.runtime.journal.list(record.run_id))
 
     async def exposition(self) -> bytes:
         """The text exposition, with the store's live runs read for this scrape (a store that

@@ -20,7 +20,7 @@ from langgraph.store.base import BaseStore
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
-from agentkeel.runtime import redaction
+from agentkeel.runtime import redaction, tracing
 from agentkeel.runtime.assistants import ensure_system_assistants
 from agentkeel.runtime.bridge import StreamBridge, open_bridge
 from agentkeel.runtime.checkpoints import StateAccessor, freeze_checkpoint_mode, open_checkpointer
@@ -116,7 +116,8 @@ async def open_runtime(
                     store=store, journal_store=journal, bridge=bridge, checkpointer=checkpointer,
                     harness=harness, config=config, owner=worker_id(),
                     checkpoint_mode=config.checkpoint_mode,
-                    completion_hooks=[metrics.finished, *(completion_hooks or [])], kv_store=kv_store,
+                    completion_hooks=[metrics.finished, tracing.completion_hook(journal), *(completion_hooks or [])],
+                    kv_store=kv_store,
                     metrics=metrics, content=content,
                 )
                 manager = RunManager(

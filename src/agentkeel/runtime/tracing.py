@@ -8,18 +8,20 @@ package, nothing is imported and nothing happens.
 
 Why from the journal, when the run ends, and not live: the journal already holds every model call
 (with its latency) and tool call (with its duration) with the time it was recorded, read once by
-the finished-run hook (only when a provider is installed). Building the spans there gives each span its
+the runtime's finished-run hook (``completion_hook``; only when a provider is installed), in
+whichever process executed or recovered the run (``keel serve``, ``keel worker``, ``keel run``). Building the spans there gives each span its
 recorded start and end (``start_time``/``end_time``), nests them under one run span, and adds no
 code to the run's hot path; the cost is that a run's trace appears when the run ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentkeel.runtime.records import RunRecord
-from agentkeel.runtime.stores.base import JournalEvent
+from agentkeel.runtime.stores.base import JournalEvent, JournalStore
 
 try:
     from opentelemetry import trace
@@ -33,6 +35,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def enabled() -> bool:
     """Whether a real tracer provider is installed (the API's default is a proxy to a no-op)."""
     return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def completion_hook(journal: JournalStore) -> Callable[[RunRecord], Awaitable[None]]:
+    """The runtime's completion hook: the finished run's spans, its journal read only when a
+    tracer provider is installed."""
+
+    async def traced(record: RunRecord) -> None:
+        if enabled():
+            emit_run(record, await journal.list(record.run_id))
+
+    return traced
 
 
 def emit_run(record: RunRecord, events: list[JournalEvent]) -> None:
