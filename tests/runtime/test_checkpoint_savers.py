@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from runtime_support import checkpointer_on
 
+from agentkeel.runtime.checkpoints.listing import ListsMetadata, checkpoint_heads
 from agentkeel.runtime.checkpoints.postgres_saver import PooledPostgresSaver
 from agentkeel.runtime.checkpoints.sqlite_saver import InlineSqliteSaver
 
@@ -80,3 +81,27 @@ async def test_postgres_saver_calls_do_not_wait_for_each_other(pg_url: str) -> N
         finally:
             leave.set()
             await holder
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_listing_by_metadata_matches_langgraphs_listing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``checkpoint_heads`` (metadata only, on the database savers) lists what ``alist`` lists for
+    the thread's root namespace: same ids, same order, same metadata."""
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'keel.db'}"}.get(backend) or request.getfixturevalue("pg_url")
+    async with checkpointer_on(url) as saver:
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        config = _config(thread)
+        for step in range(3):
+            checkpoint: Any = empty_checkpoint()
+            metadata: Any = {"source": "loop", "step": step, "agentkeel_coordinate": {"run_id": "r1", "journal_seq": step}}
+            config = await saver.aput(config, checkpoint, metadata, {})
+        nested: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": "child:1"}}
+        await saver.aput(nested, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        expected = [(t.config["configurable"]["checkpoint_id"], dict(t.metadata))
+                    async for t in saver.alist({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})]
+        heads = [head async for head in checkpoint_heads(saver, thread)]
+        assert [(h.checkpoint_id, h.metadata) for h in heads] == expected
+        assert [h.metadata["step"] for h in heads] == [2, 1, 0] and all(h.checkpoint_ns == "" for h in heads)
+        assert isinstance(saver, ListsMetadata) == (backend != "memory")

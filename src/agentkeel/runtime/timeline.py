@@ -30,6 +30,7 @@ from langchain_core.messages import BaseMessage
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.bridge.base import EventKind
 from agentkeel.runtime.checkpoints import checkpoint_config
+from agentkeel.runtime.checkpoints.listing import CheckpointHead, checkpoint_heads
 from agentkeel.runtime.checkpoints.stamping import COORDINATE_KEY
 from agentkeel.runtime.records import RunRecord
 from agentkeel.runtime.stores.base import JournalEvent
@@ -202,35 +203,34 @@ async def checkpoint_items(checkpointer: Any, record: RunRecord, known: Sequence
     """The checkpoints of the run's thread that this run wrote, oldest first.
 
     ``known``: this run's items from an earlier call (a page reloading a live run). A checkpoint
-    never changes once written and a thread's ids grow with time, so the listing (newest first,
-    each checkpoint deserialized whole) stops at the first known id instead of reading the whole
+    never changes once written and a thread's ids grow with time, so the listing (newest first, by
+    metadata: ``checkpoints/listing.py``) stops at the first known id instead of reading the whole
     thread again; the known items are kept only while the newest of them is still stored.
     """
     known_ids = {str(i.ident) for i in known}
     if known_ids and await checkpointer.aget_tuple(checkpoint_config(record.thread_id, max(known_ids))) is None:
         known, known_ids = (), set()  # the thread was pruned or rolled back since: read it all
     items: list[Item] = list(known)
-    async with contextlib.aclosing(checkpointer.alist(checkpoint_config(record.thread_id))) as tuples:
-        async for tup in tuples:
-            if str(tup.config["configurable"].get("checkpoint_id")) in known_ids:
+    async with contextlib.aclosing(checkpoint_heads(checkpointer, record.thread_id)) as heads:
+        async for head in heads:
+            if head.checkpoint_id in known_ids:
                 break
-            if (item := _checkpoint_item(tup, record.run_id)) is not None:
+            if (item := _checkpoint_item(head, record.run_id)) is not None:
                 items.append(item)
     return sorted(items, key=lambda i: (i.step if i.step is not None else -10, i.journal_seq))
 
 
-def _checkpoint_item(tup: Any, run_id: str) -> Item | None:
-    """The timeline item of one checkpoint tuple, if ``run_id`` wrote it."""
-    metadata = dict(tup.metadata or {})
+def _checkpoint_item(head: CheckpointHead, run_id: str) -> Item | None:
+    """The timeline item of one checkpoint, if ``run_id`` wrote it."""
+    metadata = head.metadata
     stamp = metadata.get(COORDINATE_KEY) or {}
     if (stamp.get("run_id") or metadata.get("run_id")) != run_id:
         return None
-    configurable = tup.config["configurable"]
     return Item(
         CHECKPOINT, "checkpoint", stamp.get("attempt"), metadata.get("step"), int(stamp.get("journal_seq") or 0),
-        data={"checkpoint_id": configurable.get("checkpoint_id"), "source": metadata.get("source"),
-              "namespace": configurable.get("checkpoint_ns") or "", "stamped": bool(stamp)},
-        ident=configurable.get("checkpoint_id"),
+        data={"checkpoint_id": head.checkpoint_id, "source": metadata.get("source"),
+              "namespace": head.checkpoint_ns, "stamped": bool(stamp)},
+        ident=head.checkpoint_id,
     )
 
 

@@ -20,6 +20,8 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from agentkeel.runtime.checkpoints.listing import CheckpointHead
+
 
 class PooledPostgresSaver(AsyncPostgresSaver):
     """``AsyncPostgresSaver`` whose calls run concurrently, each on its own pool connection."""
@@ -27,6 +29,17 @@ class PooledPostgresSaver(AsyncPostgresSaver):
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         super().__init__(pool)
         self._pool = pool
+
+    async def alist_metadata(self, thread_id: str) -> AsyncIterator[CheckpointHead]:
+        """The thread's root checkpoints, newest first, by id and metadata (``listing.py``)."""
+        async with self._cursor() as cur:
+            await cur.execute(
+                "SELECT checkpoint_id, metadata FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
+                "ORDER BY checkpoint_id DESC", (thread_id,),
+            )
+            rows = await cur.fetchall()
+        for row in rows:
+            yield CheckpointHead(row["checkpoint_id"], "", dict(row["metadata"] or {}))
 
     @contextlib.asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:

@@ -18,6 +18,7 @@ never waits for a writer.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from agentkeel.runtime.checkpoints.listing import CheckpointHead
 from agentkeel.runtime.sqlite_inline import connect_inline, retry_while_busy
 
 
@@ -67,6 +69,15 @@ class InlineSqliteSaver(AsyncSqliteSaver):
             await AsyncSqliteSaver.aput_writes(self, config, writes, task_id, task_path)
 
         await retry_while_busy(attempt, after_busy=self._rollback)
+
+    async def alist_metadata(self, thread_id: str) -> AsyncIterator[CheckpointHead]:
+        """The thread's root checkpoints, newest first, by id and metadata (``listing.py``)."""
+        query = ("SELECT checkpoint_id, metadata FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+                 "ORDER BY checkpoint_id DESC")
+        async with self.lock, self.conn.execute(query, (thread_id,)) as cursor:
+            rows = await cursor.fetchall()
+        for checkpoint_id, metadata in rows:
+            yield CheckpointHead(checkpoint_id, "", json.loads(metadata) if metadata else {})
 
     async def adelete_thread(self, thread_id: str) -> None:
         async def attempt() -> None:
