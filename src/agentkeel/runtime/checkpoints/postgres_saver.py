@@ -44,8 +44,8 @@ class PooledPostgresSaver(AsyncPostgresSaver):
     @contextlib.asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
         async with self._pool.connection() as conn, contextlib.AsyncExitStack() as stack:
-            if pipeline:
-                await stack.enter_async_context(conn.pipeline())
+            if pipeline:  # the parent's writes, sent together (in one transaction without pipelines)
+                await stack.enter_async_context(conn.pipeline() if self.supports_pipeline else conn.transaction())
             yield await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
 
 

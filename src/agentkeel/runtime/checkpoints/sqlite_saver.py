@@ -36,7 +36,8 @@ class InlineSqliteSaver(AsyncSqliteSaver):
     """``AsyncSqliteSaver`` whose writes are retried while the database is busy (see above)."""
 
     async def _rollback(self) -> None:
-        await self.conn.rollback()
+        async with self.lock:  # the connection is shared by the saver's calls
+            await self.conn.rollback()
 
     async def setup(self) -> None:
         # Idempotent (CREATE ... IF NOT EXISTS, a column added only when missing), and it marks
