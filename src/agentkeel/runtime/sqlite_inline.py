@@ -12,7 +12,9 @@ connection's lock, and these connections are opened with ``busy_timeout = 0``, s
 fails the statement at once with ``SQLITE_BUSY`` and ``retry_while_busy`` (below) waits
 asynchronously before trying the whole transaction again: the stores' ``SqlDatabase.transaction``
 (``stores/sql_engine.py``) and the checkpointer (``checkpoints/sqlite_saver.py``) both use it.
-Under WAL with ``synchronous=NORMAL`` a commit does not fsync. LangGraph's key-value store keeps an
+Under WAL with ``synchronous=NORMAL`` a commit does not fsync; the exception is WAL's automatic
+checkpoint (every 1,000 pages written), which runs in the committing connection and syncs the
+files: the one place an inline commit waits for the disk. LangGraph's key-value store keeps an
 ordinary aiosqlite connection: nothing retries it, so it waits in SQLite's busy handler, which
 belongs on a thread.
 
