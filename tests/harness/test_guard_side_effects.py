@@ -124,13 +124,15 @@ async def test_when_the_intent_cannot_be_stored_only_an_idempotent_tool_runs(tmp
     outcome = await harness.run()
     result = next(m for m in outcome.messages if isinstance(m, ToolMessage))
     assert counter["effect"] == int(idempotent)
-    if idempotent:  # repeating it after a crash would be harmless, so it runs
+    actions = [r["data"]["action"] for r in outcome.journal.kinds("intervention")]
+    if idempotent:  # repeating it after a crash is harmless: its intent is only buffered, and it runs
         assert result.status != "error" and result.content == "effect 1 done"
+        assert [i["data"]["name"] for i in outcome.journal.kinds(TOOL_INTENT)] == ["effect"]
+        assert harness.journal.written_through == [] and actions == []
     else:
         assert result.status == "error" and "was not run" in str(result.content)
         assert result.additional_kwargs[TOOL_META]["source"] == "SideEffectLedger"
-    actions = [r["data"]["action"] for r in outcome.journal.kinds("intervention")]
-    assert actions == ["intent_unrecorded"]
+        assert actions == ["intent_unrecorded"]
 
 
 # -- recovered calls -------------------------------------------------------------------------------

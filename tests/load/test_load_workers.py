@@ -61,7 +61,9 @@ BURSTS = (3, 2, 3, 2)  # runs per burst on one thread: 10 per thread, 300 in all
 RESUMING = ("enqueue", "reject", "enqueue", "reject")  # the bursts of the ``resume`` threads
 KILL_AFTER = 90  # admitted runs before the worker is killed (30% of them)
 SETTLE_S = 90.0
-_FENCED = re.compile(r"run (\S+) attempt (\d+): lease lost")
+# A live owner that lost a run: it noticed at a renewal ("lease lost"), or only when its completion
+# was refused because recovery had already taken the run over ("completion refused").
+_FENCED = re.compile(r"run (\S+) attempt (\d+): (?:lease lost|completion refused)")
 
 
 def assistant_of(index: int) -> str:
