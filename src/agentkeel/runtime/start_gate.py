@@ -56,20 +56,12 @@ class StartGate:
         loop's thread."""
         self._holders += 1
         self._clear.clear()
-        released = False
+        return _once_or_after(self._unhold, self._max_hold_s if max_s is None else max_s)
 
-        def release() -> None:
-            nonlocal released
-            if released:
-                return
-            released = True
-            lapse.cancel()
-            self._holders -= 1
-            if self._holders == 0:
-                self._clear.set()
-
-        lapse = asyncio.get_running_loop().call_later(self._max_hold_s if max_s is None else max_s, release)
-        return release
+    def _unhold(self) -> None:
+        self._holders -= 1
+        if self._holders == 0:
+            self._clear.set()
 
     async def start(self) -> Callable[[], None]:
         """Hold the gate for a run being admitted and started, and wait for one of the start slots.
@@ -91,17 +83,12 @@ class StartGate:
         except BaseException:
             release_hold()
             raise
-        released = False
+        release_slot = _once_or_after(self._slots.release, self._max_hold_s)
 
         def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                lapse.cancel()
-                self._slots.release()
+            release_slot()
             release_hold()
 
-        lapse = asyncio.get_running_loop().call_later(self._max_hold_s, release)
         return release
 
     async def step_aside(self) -> None:
@@ -114,6 +101,23 @@ class StartGate:
                 await self._clear.wait()
         except TimeoutError:
             pass
+
+
+def _once_or_after(action: Callable[[], None], after_s: float) -> Callable[[], None]:
+    """A handle that runs ``action`` exactly once: when first called, or after ``after_s`` if it
+    has not been called by then (a hold or a slot nobody gave back still ends)."""
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        lapse.cancel()
+        action()
+
+    lapse = asyncio.get_running_loop().call_later(after_s, run)
+    return run
 
 
 __all__ = ["MAX_HOLD_S", "MAX_PAUSE_S", "START_SLOTS", "StartGate"]
