@@ -45,6 +45,19 @@ BUSY_RETRIES = 5  # after SQLITE_BUSY_TIMEOUT_MS of polling; attempts beyond the
 BUSY_BACKOFF_S = (0.05, 1.0)  # initial, cap; doubles per attempt, with jitter
 
 
+def inline_pragmas() -> list[str]:
+    """How an inline connection is set up (the stores' and the checkpointer's alike): WAL with
+    ``synchronous = NORMAL``; ``busy_timeout`` first, because switching to WAL needs a lock another
+    process may hold (a new connection is rare, so that one wait may block), then 0, so that from
+    then on a held lock fails at once and ``retry_while_busy`` waits for it asynchronously."""
+    return [
+        f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}",
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA synchronous = NORMAL",
+        "PRAGMA busy_timeout = 0",
+    ]
+
+
 def is_busy(exc: BaseException) -> bool:
     """Another connection holds the lock SQLite needed (``SQLITE_BUSY``/``SQLITE_LOCKED``).
 

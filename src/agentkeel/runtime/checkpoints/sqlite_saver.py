@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from agentkeel.runtime.checkpoints.listing import CheckpointHead
-from agentkeel.runtime.sqlite_inline import connect_inline, retry_while_busy
+from agentkeel.runtime.sqlite_inline import connect_inline, inline_pragmas, retry_while_busy
 
 
 class InlineSqliteSaver(AsyncSqliteSaver):
@@ -94,12 +94,8 @@ async def open_inline_sqlite_saver(path: Path) -> AsyncIterator[InlineSqliteSave
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = await connect_inline(path, isolation_level="DEFERRED")
     try:
-        # A wait for the lock that switching to WAL needs happens once per process, at start-up;
-        # from then on a held lock fails at once and the saver's retry waits asynchronously.
-        await conn.execute("PRAGMA busy_timeout = 10000")
-        await conn.execute("PRAGMA journal_mode = WAL")
-        await conn.execute("PRAGMA synchronous = NORMAL")
-        await conn.execute("PRAGMA busy_timeout = 0")
+        for pragma in inline_pragmas():
+            await conn.execute(pragma)
         yield InlineSqliteSaver(conn)
     finally:
         await conn.close()

@@ -33,7 +33,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from agentkeel.runtime.sqlite_inline import SQLITE_BUSY_TIMEOUT_MS, retry_while_busy
+from agentkeel.runtime.sqlite_inline import inline_pragmas, retry_while_busy
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +66,9 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
         cursor = dbapi_connection.cursor()
-        # busy_timeout first: switching to WAL needs a lock another process may hold (a new
-        # connection is rare; that one wait may block). Then 0: ``transaction`` waits for locks.
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        for pragma in inline_pragmas():  # WAL, NORMAL; locks waited for by ``transaction``
+            cursor.execute(pragma)
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA busy_timeout = 0")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
