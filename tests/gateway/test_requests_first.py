@@ -3,34 +3,18 @@ starts (or its hold lapses): running runs step aside for it, never for longer.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from test_gateway_runs_support import fresh_mode, make_config  # noqa: F401
+from test_gateway_runs_support import client, fresh_mode, runtime  # noqa: F401
 
-from agentkeel.gateway.app import create_app
 from agentkeel.runtime import start_gate
-from agentkeel.runtime.runtime import Runtime, open_runtime
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path, fresh_mode: None) -> AsyncIterator[Runtime]:  # noqa: F811
-    async with open_runtime(make_config(tmp_path)) as rt:
-        yield rt
-
-
-@pytest.fixture
-async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(runtime), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=20) as client:
-        yield client
+from agentkeel.runtime.runtime import Runtime
 
 
 async def test_a_request_holds_the_gate_until_its_response_starts(
-    runtime: Runtime, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(start_gate, "MAX_HOLD_S", 600.0)
     gate = runtime.manager.start_gate
@@ -42,13 +26,13 @@ async def test_a_request_holds_the_gate_until_its_response_starts(
         return await create(*args, **kwargs)
 
     monkeypatch.setattr(runtime.store, "create_thread", observed)
-    made = await http.post("/threads", json={})
+    made = await client.post("/threads", json={})
     assert made.status_code == 200, made.text
     assert seen == [1]  # held while the thread was being created
     assert gate.holders == 0  # and let go once answered
     tid = made.json()["thread_id"]
-    waited = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "lead", "input": {"messages": []}})
+    waited = await client.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "lead", "input": {"messages": []}})
     assert waited.status_code == 200, waited.text
-    refused = await http.post("/threads/not-a-uuid/runs/wait", json={"assistant_id": "lead"})
+    refused = await client.post("/threads/not-a-uuid/runs/wait", json={"assistant_id": "lead"})
     assert refused.status_code in (404, 422), refused.text
     assert gate.holders == 0  # a run's admission and start, a /wait and a refusal leave nothing held
