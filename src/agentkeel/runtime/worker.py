@@ -134,7 +134,7 @@ async def execute_run(deps: WorkerDeps, active: ActiveRun) -> None:
     try:
         await _execute(deps, active, state)
     finally:  # the run's content goes back to the process budget however the run ended
-        active.release_start()  # if it never published a chunk
+        active.release_start()  # if it never published a chunk (the claimer covers a task that never ran)
         state.encoder.close()
         if state.snapshot is not None:
             deps.content.release(state.snapshot.content_bytes)
