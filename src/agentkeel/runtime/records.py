@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -198,3 +199,7 @@ class ThreadRecord:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+# What a process runs when one of its runs ends (run metrics, traces, the gateway's own hooks).
+CompletionHook = Callable[[RunRecord], Awaitable[None]]

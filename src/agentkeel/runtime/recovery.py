@@ -25,14 +25,14 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.runtime.bridge import StreamBridge
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.metrics import RESUMED, RunMetrics
-from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus, utcnow
+from agentkeel.runtime.records import Completion, CompletionHook, FencedOut, RunRecord, RunStatus, utcnow
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.thread_status import AFTER_RUN
 from agentkeel.runtime.usage import UsageAccumulator
@@ -44,7 +44,6 @@ RECOVER_CONCURRENCY = 8
 
 Policy = Callable[[RunRecord], str]  # the run's on_worker_lost: fail | resume
 Resume = Callable[[RunRecord, int], None]  # execute the claimed run; the lost attempt
-Hook = Callable[[RunRecord], Awaitable[None]]  # a completion hook (``worker.CompletionHook``)
 
 
 def owner_is_dead(owner: str | None) -> bool:
@@ -112,7 +111,7 @@ class Recovery:
         resume: Resume,
         on_freed: Callable[[str], Any],
         metrics: RunMetrics | None = None,
-        completion_hooks: Sequence[Hook] = (),
+        completion_hooks: Sequence[CompletionHook] = (),
         hook_bound_s: float = 10.0,
     ) -> None:
         """``completion_hooks`` run for a run that recovery ends (``fail``), each within

@@ -30,10 +30,11 @@ from agentkeel.runtime.kvstore import open_kv_store
 from agentkeel.runtime.manager import Executes, RunManager
 from agentkeel.runtime.metrics import RunMetrics
 from agentkeel.runtime.notify import open_notifier
+from agentkeel.runtime.records import CompletionHook
 from agentkeel.runtime.stores.assistants import AssistantStore
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.factory import open_stores
-from agentkeel.runtime.worker import CompletionHook, WorkerDeps
+from agentkeel.runtime.worker import WorkerDeps
 
 
 def worker_id() -> str:

@@ -16,11 +16,10 @@ code to the run's hot path; the cost is that a run's trace appears when the run 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agentkeel.runtime.records import RunRecord
+from agentkeel.runtime.records import CompletionHook, RunRecord
 from agentkeel.runtime.stores.base import JournalEvent, JournalStore
 
 try:
@@ -37,7 +36,7 @@ def enabled() -> bool:
     return trace is not None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
-def completion_hook(journal: JournalStore) -> Callable[[RunRecord], Awaitable[None]]:
+def completion_hook(journal: JournalStore) -> CompletionHook:
     """The runtime's completion hook: the finished run's spans, its journal read only when a
     tracer provider is installed."""
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,7 @@ from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.metrics import RunMetrics
-from agentkeel.runtime.records import Completion, ControlPending, FencedOut, RunRecord, RunStatus
+from agentkeel.runtime.records import Completion, CompletionHook, ControlPending, FencedOut, RunRecord, RunStatus
 from agentkeel.runtime.recovery import continue_stream, history_of
 from agentkeel.runtime.redaction import redact, redact_json
 from agentkeel.runtime.serialization import EventEncoder
@@ -79,7 +79,6 @@ from agentkeel.sandbox.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-CompletionHook = Callable[[RunRecord], Awaitable[None]]
 PERSIST_BACKOFF_S = (0.2, 5.0)  # retrying the completion write: initial, cap
 
 
