@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from sse_starlette.sse import AppStatus
 
-from agentkeel.cli.worker import FORCE_EXIT_S, arm_force_exit
+from agentkeel.cli.worker import FORCE_EXIT_S, arm_force_exit, freeze_heap
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.app import create_app
 from agentkeel.gateway.auth import AuthSetupError
@@ -39,7 +39,8 @@ CONNECTIONS_GRACE_S = 5
 class GatewayServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI, *, force_exit: bool = False) -> None:
         """``force_exit``: this server is the process (``keel serve``), so a stop signal also arms
-        the hard exit; a server embedded in another program (a test) never ends its host."""
+        the hard exit and the start-up heap is frozen (``freeze_heap``); a server embedded in
+        another program (a test) never ends its host nor touches its garbage collector."""
         super().__init__(config)
         self._app = app
         self._force_exit = force_exit
@@ -50,6 +51,8 @@ class GatewayServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             self._loop = asyncio.get_running_loop()
+            if self._force_exit:
+                freeze_heap()
             typer.echo(f"AgentKeel gateway listening on {self.url}")
 
     @property
