@@ -138,3 +138,41 @@ async def test_runs_leave_no_hold_behind_however_they_end(keel: Keel, monkeypatc
         await finished(rt, queued.run_id)
         assert gate.holders == 0
         assert gate.free_slots == start_gate.START_SLOTS
+
+
+async def test_a_run_steps_aside_right_after_its_first_chunk() -> None:
+    """A run whose first chunk is out releases its start hold and waits, before its next model
+    turn, while other starts hold the gate: the runs started with it must not wait behind it."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from agentkeel.runtime.graph_stream import stream_graph
+    from agentkeel.runtime.serialization import EventEncoder
+
+    gate = StartGate(max_pause_s=600.0, max_hold_s=600.0)
+    own = gate.hold()
+    other_start = gate.hold()
+    asked: list[int] = []
+    published: list[str] = []
+
+    class Graph:
+        async def astream(self, *_args: Any, **_kwargs: Any) -> Any:
+            for step in range(3):
+                asked.append(step)
+                yield "values", {"step": step}
+
+    class Bridge:
+        async def publish_encoded(self, run_id: str, name: str, data: bytes, **_kwargs: Any) -> None:
+            published.append(data.decode())
+
+    prepared = SimpleNamespace(stream_modes=["values"], timeout_s=60, stream_options={},
+                               request=SimpleNamespace(stream_subgraphs=False))
+    active = SimpleNamespace(prepared=prepared, record=SimpleNamespace(run_id="r1"), abort=None,
+                             coordinate=lambda: None, release_start=own)
+    task = asyncio.ensure_future(stream_graph(Bridge(), active, Graph(), {}, None, {}, EventEncoder(), gate))  # type: ignore[arg-type]
+    await _spin(20)
+    assert published == ['{"step":0}'] and asked == [0]  # its own hold is given back ...
+    assert gate.holders == 1  # ... and it waits for the other start
+    other_start()
+    await asyncio.wait_for(task, 5)
+    assert asked == [0, 1, 2] and len(published) == 3

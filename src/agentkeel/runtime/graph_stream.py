@@ -25,8 +25,9 @@ async def stream_graph(
     """Execute the graph, publishing every chunk, within the run's wall-clock limit. ``encoder`` is
     the run's: its chunks are encoded there, once, to the bytes every observer gets (the worker
     closes it, giving its memo back to the process budget). Once its first chunk is out the run
-    releases its hold on ``start_gate`` and from then on steps aside, at each chunk, for runs being
-    started.
+    releases its hold on ``start_gate`` and from then on steps aside, at each chunk (that first
+    one included: the runs started with it must not wait behind its next model turn), for runs
+    being started.
 
     A ``TimeoutError`` raised because that limit expired is marked ``_agentkeel_run_timeout`` so the
     worker can tell the run's own timeout (status ``timeout``) from any other timeout inside it.
@@ -39,11 +40,10 @@ async def stream_graph(
         async with asyncio.timeout(prepared.timeout_s) as deadline:
             async for name, data in _chunks(graph, prepared, graph_input, config, context, modes):
                 await bridge.publish_encoded(run_id, name, encoder.encode(data), coordinate=active.coordinate())
-                if started:
-                    await start_gate.step_aside()
-                else:
+                if not started:
                     active.release_start()
                     started = True
+                await start_gate.step_aside()
                 if active.abort is not None:
                     # The abort's task.cancel() can be lost inside a library await: on Python
                     # 3.11 asyncio.wait_for returns the inner result instead of raising when both
