@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentkeel.harness.middleware.contracts import (
     AXES,
@@ -270,12 +270,43 @@ def build_chain(
     """
     if kind not in ("lead", "subagent"):
         raise ValueError(f"chain kind must be 'lead' or 'subagent', got {kind!r}")
-    # Membership first: a missing mandatory guard is the root cause of whatever ordering fact its
-    # absence breaks (no DurableContext: nothing provides the system authority coalescing needs).
-    check_membership(kind, middlewares, catalog)
-    ordered = derive_order(kind, middlewares) if derive else list(middlewares)
-    check_order(kind, ordered)
-    return Chain(kind, tuple(ordered))
+    catalog = tuple(catalog)
+    declared = tuple(getattr(type(mw), "contract", None) for mw in middlewares)
+    key = _ChainKey(kind, tuple((_name(mw), type(mw), id(c)) for mw, c in zip(middlewares, declared)), catalog, derive)
+    positions = _CHECKED.get(key, (None,))[0]
+    if positions is None:
+        # Membership first: a missing mandatory guard is the root cause of whatever ordering fact
+        # its absence breaks (no DurableContext: nothing provides the system authority coalescing
+        # needs).
+        check_membership(kind, middlewares, catalog)
+        ordered = derive_order(kind, middlewares) if derive else list(middlewares)
+        check_order(kind, ordered)
+        index = {id(mw): i for i, mw in enumerate(middlewares)}
+        positions = tuple(index[id(mw)] for mw in ordered)
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[key] = (positions, declared)  # the contracts kept alive: their ids stay theirs
+    return Chain(kind, tuple(middlewares[i] for i in positions))
+
+
+class _ChainKey(NamedTuple):
+    """What a chain's check depends on: its kind, its members' names, classes and declared
+    contracts (by identity: a class whose contract is replaced is checked again; a member's axes
+    come from the hooks its class overrides), the catalog, whether the order is derived.
+    Instances do not enter it: a guard's settings never change its contract."""
+
+    kind: str
+    members: tuple[tuple[str, type, int], ...]
+    catalog: tuple[type, ...]
+    derive: bool
+
+
+# Checked orders, by what the check depends on. Why: every run builds a fresh chain (its guards
+# keep per-run state), and checking one was a tenth of a run's start-up CPU, for an answer that
+# only changes with the configuration. Only chains that passed are kept; a failing one is checked,
+# and fails, every time.
+_CHECKED: dict[_ChainKey, tuple[tuple[int, ...], tuple[Any, ...]]] = {}
+_CHECKED_MAX = 256
 
 
 __all__ = [
