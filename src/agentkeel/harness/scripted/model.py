@@ -199,7 +199,7 @@ class ScriptedChatModel(BaseChatModel):
         """Bind tools as a provider would receive them; the script, not the tools, decides the calls."""
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
-        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
+        return self.bind(tools=[_openai_tool(tool) for tool in tools], **kwargs)
 
     def _generate(
         self,
@@ -386,3 +386,25 @@ def _task_of(run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMR
         return None
     task = {**run_manager.inheritable_metadata, **run_manager.metadata}.get(TASK_ID_METADATA)
     return task if isinstance(task, str) else None
+
+
+def _openai_tool(tool: Any) -> builtins.dict[str, Any]:
+    """``tool`` in the OpenAI function format, converted once per (name, description, argument
+    schema class). Why: tools are bound at every model call, and converting one walks its pydantic
+    schema: a few milliseconds per call for the built-in set. Tools made per run (``task``) share
+    their schema class (``tools/_support.make_tool``), so they share the entry; a tool whose
+    schema is not a class, a dict or a function is converted each time. The memo is bounded."""
+    schema = getattr(tool, "args_schema", None) if isinstance(tool, BaseTool) else None
+    if not isinstance(schema, type):
+        return convert_to_openai_tool(tool)
+    key = (type(tool), tool.name, tool.description, schema)
+    converted = _OPENAI_TOOLS.get(key)
+    if converted is None:
+        if len(_OPENAI_TOOLS) >= _OPENAI_TOOLS_MAX:
+            _OPENAI_TOOLS.clear()
+        converted = _OPENAI_TOOLS[key] = convert_to_openai_tool(tool)
+    return converted
+
+
+_OPENAI_TOOLS: builtins.dict[tuple[type, str, str, type], builtins.dict[str, Any]] = {}
+_OPENAI_TOOLS_MAX = 256
