@@ -281,6 +281,37 @@ def test_bind_tools_accepts_langchain_tool_formats() -> None:
     assert model.bind_tools([lookup], tool_choice="any").kwargs["tool_choice"] == "any"  # type: ignore[attr-defined]
 
 
+def test_a_tool_is_converted_once_per_name_description_and_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentkeel.harness.scripted import model as scripted
+
+    converted: list[str] = []
+    original = scripted.convert_to_openai_tool
+
+    def counting(value: Any) -> Any:
+        converted.append(getattr(value, "name", "?"))
+        return original(value)
+
+    monkeypatch.setattr(scripted, "convert_to_openai_tool", counting)
+    monkeypatch.setattr(scripted, "_OPENAI_TOOLS", {})
+
+    from langchain_core.tools import StructuredTool
+    from pydantic import BaseModel
+
+    class LookupArgs(BaseModel):
+        query: str
+
+    def make(description: str) -> Any:  # a tool made per run, as ``task`` is: one schema class
+        return StructuredTool.from_function(lambda query: query, name="lookup", description=description,
+                                            args_schema=LookupArgs)
+
+    model = _lead({"say": "x"})
+    first = model.bind_tools([make("Look up.")]).kwargs["tools"]  # type: ignore[attr-defined]
+    again = model.bind_tools([make("Look up.")]).kwargs["tools"]  # another object, the same tool
+    other = model.bind_tools([make("Look it up elsewhere.")]).kwargs["tools"]  # type: ignore[attr-defined]
+    assert again == first and other[0]["function"]["description"] == "Look it up elsewhere."  # type: ignore[attr-defined]
+    assert converted == ["lookup", "lookup"]  # the first and the other description, not the same one again
+
+
 def test_model_identity() -> None:
     model = _lead({"say": "x"}, model_name="demo")
     assert model._llm_type == "scripted"
