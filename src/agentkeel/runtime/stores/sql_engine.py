@@ -127,22 +127,24 @@ class SqlDatabase:
             return {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {SINGLE: True}
         return {READ_ONLY: True} if read_only else {}
 
-    async def rows(self, query: Executable) -> list[RowMapping]:
+    async def rows(self, query: Executable, params: dict[str, Any] | None = None) -> list[RowMapping]:
         """All rows of one read (one statement: it sees one snapshot on its own)."""
 
         async def work(conn: AsyncConnection) -> list[RowMapping]:
-            return list((await conn.execute(query)).mappings())
+            return list((await conn.execute(query, params)).mappings())
 
         return await self.transaction(work, read_only=True, single=True)
 
     async def write(self, statement: Executable, rows: list[dict[str, Any]] | None = None) -> int:
-        """One write statement (executed for each of ``rows`` if given, all in one transaction);
-        the rows it matched."""
+        """One write statement, executed with each of ``rows`` as its parameters if given (more
+        than one: all in one transaction; one: a single statement, atomic on its own); the rows
+        it matched."""
+        params: list[dict[str, Any]] | dict[str, Any] | None = rows[0] if rows and len(rows) == 1 else rows
 
         async def work(conn: AsyncConnection) -> int:
-            return (await conn.execute(statement, rows)).rowcount
+            return (await conn.execute(statement, params)).rowcount
 
-        return await self.transaction(work, single=not rows)
+        return await self.transaction(work, single=not isinstance(params, list))
 
     def _serialised(self, read_only: bool) -> AbstractAsyncContextManager[object]:
         return self._writer if self._writer is not None and not read_only else nullcontext()
