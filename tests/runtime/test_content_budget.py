@@ -123,7 +123,9 @@ async def test_snapshot_threads_shed_memos_while_runs_encode(tmp_path: Path) -> 
             for encoder, messages in zip(encoders, histories, strict=True):
                 data = {"messages": messages}
                 assert encoder.encode(data) == reference(data)
-            await asyncio.sleep(0)
+            # A moment off the GIL, as a loop serving runs has: a busy loop that never waits
+            # would starve the snapshot thread of the GIL (5 ms per hand-over) for minutes.
+            await asyncio.sleep(0.0005)
 
     encoding = asyncio.create_task(encode_all())
     snapshots = []

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -60,8 +62,16 @@ first). A ``values`` stream of a long thread re-sends every message at every ste
 messages it re-sends encoded, without letting a long run's history pile up in memory. All runs'
 memos together are bounded by the process's ``ContentBudget`` (``limits.content_max_bytes``)."""
 
+_LIST_MIN = 8  # shorter lists of messages are inlined from the memo, one by one
+
 _PREGEL = b'"__pregel'
 _PREGEL_KEY = re.compile(rb'"__pregel(?:[^"\\]|\\.)*":')  # a key (a string then ":"), not a value
+
+
+@dataclass(frozen=True)
+class _EncodedList:
+    items: list[Any]  # the objects encoded, in order: a later list is compared with them by identity
+    body: bytes  # their encodings joined by ",", without the brackets
 
 
 class EventEncoder:
@@ -69,7 +79,8 @@ class EventEncoder:
 
     ``orjson`` writes the bytes directly from the chunk (no intermediate JSON-safe copy), and a
     message object seen before is inlined from its remembered bytes (``orjson.Fragment``), so a
-    ``values`` step costs the new messages plus a copy of the old ones' bytes. The memo is bounded
+    ``values`` step costs the new messages plus a copy of the old ones' bytes (a whole list of
+    messages is remembered as one encoding: ``_with_encoded_lists``). The memo is bounded
     by ``max_bytes`` and never holds message *chunks*: a ``messages`` stream sends each token chunk
     once, and remembering them would keep every token of the run.
 
@@ -87,6 +98,8 @@ class EventEncoder:
 
     def __init__(self, max_bytes: int = MEMO_MAX_BYTES, budget: ContentBudget | None = None) -> None:
         self._memo: OrderedDict[int, tuple[Any, orjson.Fragment, int]] = OrderedDict()
+        self._lists: dict[str, _EncodedList] = {}  # by key of a values chunk: its message list, encoded
+        self._unkept: set[str] = set()  # keys whose lists outgrew the bound: left to the memo
         self._bytes = 0
         self._max_bytes = max_bytes
         self._budget = budget
@@ -101,6 +114,8 @@ class EventEncoder:
         return self._bytes
 
     def encode(self, data: Any) -> bytes:
+        if type(data) is dict and self._max_bytes:
+            data = self._with_encoded_lists(data)
         try:
             out = orjson.dumps(data, default=self._default, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:
@@ -109,10 +124,76 @@ class EventEncoder:
             out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
         return out
 
+    def _with_encoded_lists(self, data: dict[Any, Any]) -> dict[Any, Any]:
+        """``data`` with each list of messages replaced by its encoding (``orjson.Fragment``).
+
+        Why: a ``values`` chunk holds the thread's whole message list at every step, and even
+        inlining each message from the memo is one call back into Python per message per step.
+        The encoding of a key's list is remembered, and a list that starts with the same objects
+        (by identity, as LangGraph's reducers append) costs its new messages plus one copy of the
+        remembered bytes. A list that changed otherwise (a message removed or replaced) is
+        encoded anew.
+        """
+        out = data
+        for key, value in data.items():
+            if type(value) is not list or len(value) < _LIST_MIN or type(key) is not str:
+                continue
+            fragment = self._encoded_list(key, value)
+            if fragment is not None:
+                if out is data:
+                    out = dict(data)
+                out[key] = fragment
+        return out
+
+    def _encoded_list(self, key: str, items: list[Any]) -> orjson.Fragment | None:
+        """The encoding of ``items``, remembered under ``key``; None (inline each message from the
+        memo, as for any other value) when they are not all messages, or when this run's lists
+        under ``key`` stopped fitting in the memo's bound or the process budget."""
+        if key in self._unkept:
+            return None
+        held = self._lists.get(key)
+        start, body = 0, b""
+        if held is not None and len(items) >= len(held.items) and all(map(operator.is_, held.items, items)):
+            start, body = len(held.items), held.body
+        new = items[start:]
+        if not all(isinstance(item, BaseModel) and not isinstance(item, BaseMessageChunk) for item in new):
+            return None
+        if new:
+            parts = [orjson.dumps(item.model_dump(), default=self._default, option=orjson.OPT_NON_STR_KEYS) for item in new]
+            body = b",".join([body, *parts] if body else parts)
+            if not self._keep_list(key, items, body):
+                self._unkept.add(key)
+                return None
+        return orjson.Fragment(b"[" + body + b"]")
+
+    def _keep_list(self, key: str, items: list[Any], body: bytes) -> bool:
+        """Remember ``body`` as the encoding of ``items`` in place of the key's previous one,
+        charged like a memo entry; False if it does not fit (the previous one is forgotten)."""
+        with self._lock:
+            old = self._lists.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)
+        if old is not None and self._budget is not None:
+            self._budget.release(len(old.body))
+        size = len(body)
+        if size > self._max_bytes:
+            return False
+        if self._bytes + size > self._max_bytes:
+            self.shed(self._bytes + size - self._max_bytes)
+        if self._budget is not None and not self._budget.reserve(size, self):
+            return False
+        with self._lock:
+            self._lists[key] = _EncodedList(list(items), body)
+            self._bytes += size
+        return True
+
     def shed(self, nbytes: int) -> int:
-        """Forget the least recently used entries until ``nbytes`` are freed (or none is left)."""
+        """Forget remembered lists, then the least recently used entries, until ``nbytes`` are
+        freed (or none is left)."""
         freed = 0
         with self._lock:
+            while self._lists and freed < nbytes:
+                freed += len(self._lists.popitem()[1].body)
             while self._memo and freed < nbytes:
                 freed += self._memo.popitem(last=False)[1][2]
             self._bytes -= freed
