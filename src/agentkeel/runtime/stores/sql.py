@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Executable, Select, Update, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Executable, Update, delete, func, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.orm import aliased
 
 from agentkeel.runtime.records import (
     Completion,
@@ -38,11 +37,23 @@ from agentkeel.runtime.stores.common import (
     require_terminal,
     require_thread_status,
 )
-from agentkeel.runtime.stores.sql_engine import SqlBacked, is_unique_violation
+from agentkeel.runtime.stores.sql_engine import SqlBacked, SqlDatabase, is_unique_violation
 from agentkeel.runtime.stores.sql_journal import event_row
 from agentkeel.runtime.stores.sql_schema import journal, runs, threads
-
-_RUN_COLUMNS = [c for c in runs.c if c.name != "queue_seq"]
+from agentkeel.runtime.stores.sql_statements import (
+    ACTIVE,
+    CLAIM,
+    CLAIM_AMONG,
+    CLAIM_ANY,
+    INSERT_RUN,
+    NEXT_QUEUE_SEQ,
+    RUN,
+    RUN_COLUMNS,
+    THREAD,
+    THREAD_LOCKED,
+    UPDATE_THREAD,
+    UPDATE_THREAD_UNLESS_RUNNING,
+)
 
 
 def _to_run(row: RowMapping) -> RunRecord:
@@ -109,24 +120,8 @@ def _to_thread(row: RowMapping) -> ThreadRecord:
     )
 
 
-async def _one(conn: AsyncConnection, statement: Executable) -> RowMapping | None:
-    return (await conn.execute(statement)).mappings().first()
-
-
-def _run_query(run_id: str) -> Select[Any]:
-    return select(*_RUN_COLUMNS).where(runs.c.run_id == run_id)
-
-
-def _active_query(thread_id: str) -> Select[Any]:
-    return (
-        select(*_RUN_COLUMNS)
-        .where(runs.c.thread_id == thread_id, runs.c.status.in_(ACTIVE_VALUES))
-        .order_by(runs.c.queue_seq)
-    )
-
-
-def _thread_query(thread_id: str) -> Select[Any]:
-    return select(threads).where(threads.c.thread_id == thread_id)
+async def _one(conn: AsyncConnection, statement: Executable, params: dict[str, Any] | None = None) -> RowMapping | None:
+    return (await conn.execute(statement, params)).mappings().first()
 
 
 def _fenced_update(run_id: str, attempt: int | None, *statuses: str) -> Update:
@@ -137,6 +132,10 @@ def _fenced_update(run_id: str, attempt: int | None, *statuses: str) -> Update:
 
 
 class SqlRunStore(SqlBacked, RunStore):
+    def __init__(self, db: SqlDatabase) -> None:
+        super().__init__(db)
+        self._insert_thread = db.insert_ignoring(threads, "thread_id")
+
     async def _lock_thread(
         self, conn: AsyncConnection, thread_id: str, now: datetime
     ) -> RowMapping:
@@ -146,11 +145,10 @@ class SqlRunStore(SqlBacked, RunStore):
         SQLite ``BEGIN IMMEDIATE`` already did, and ``FOR UPDATE`` compiles to nothing.
         """
         await conn.execute(
-            self._db.insert_ignoring(threads, "thread_id").values(
-                thread_id=thread_id, status="idle", metadata={}, created_at=now, updated_at=now
-            )
+            self._insert_thread,
+            {"thread_id": thread_id, "status": "idle", "metadata": {}, "created_at": now, "updated_at": now},
         )
-        row = await _one(conn, _thread_query(thread_id).with_for_update())
+        row = await _one(conn, THREAD_LOCKED, {"thread_id": thread_id})
         assert row is not None  # inserted or already present, and locked: it cannot vanish
         return row
 
@@ -158,9 +156,9 @@ class SqlRunStore(SqlBacked, RunStore):
         """Run one conditional ``UPDATE``; if it matched nothing, say why and change nothing."""
 
         async def work(conn: AsyncConnection) -> RunRecord:
-            row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+            row = await _one(conn, statement.returning(*RUN_COLUMNS))
             if row is None:
-                current = await _one(conn, _run_query(run_id))
+                current = await _one(conn, RUN, {"run_id": run_id})
                 raise fenced_out(run_id, attempt, _to_run(current) if current else None)
             return _to_run(row)
 
@@ -171,29 +169,19 @@ class SqlRunStore(SqlBacked, RunStore):
         async def work(conn: AsyncConnection) -> AdmitResult:
             now = utcnow()
             await self._lock_thread(conn, record.thread_id, now)
-            active = [
-                _to_run(r) for r in (await conn.execute(_active_query(record.thread_id))).mappings()
-            ]
+            thread = {"thread_id": record.thread_id}
+            active = [_to_run(r) for r in (await conn.execute(ACTIVE, thread)).mappings()]
             check_admissible(record, active)
-            queue_seq = await conn.scalar(
-                select(func.coalesce(func.max(runs.c.queue_seq), 0) + 1).where(
-                    runs.c.thread_id == record.thread_id
-                )
-            )
-            statement = insert(runs).values(**_run_values(record), queue_seq=queue_seq)
+            queue_seq = await conn.scalar(NEXT_QUEUE_SEQ, thread)
             try:
-                row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+                row = await _one(conn, INSERT_RUN, {**_run_values(record), "queue_seq": queue_seq})
             except IntegrityError as exc:
                 # The thread is locked, so queue_seq is free: only the primary key can clash.
                 if is_unique_violation(exc):
                     raise ValueError(f"run {record.run_id} already exists") from exc
                 raise
             assert row is not None
-            await conn.execute(
-                update(threads)
-                .where(threads.c.thread_id == record.thread_id)
-                .values(updated_at=now)
-            )
+            await conn.execute(UPDATE_THREAD, {"b_thread_id": record.thread_id, "updated_at": now})
             return AdmitResult(_to_run(row), active)
 
         return await self._db.transaction(work)
@@ -248,9 +236,9 @@ class SqlRunStore(SqlBacked, RunStore):
             statement = statement.where(runs.c.control.is_(None))
 
         async def work(conn: AsyncConnection) -> RunRecord:
-            row = await _one(conn, statement.returning(*_RUN_COLUMNS))
+            row = await _one(conn, statement.returning(*RUN_COLUMNS))
             if row is None:
-                found = await _one(conn, _run_query(run_id))
+                found = await _one(conn, RUN, {"run_id": run_id})
                 current = _to_run(found) if found else None
                 if (
                     current is not None and current.control is not None
@@ -274,44 +262,16 @@ class SqlRunStore(SqlBacked, RunStore):
     async def claim_next(
         self, owner: str, lease_expires_at: datetime, now: datetime, run_ids: list[str] | None = None
     ) -> RunRecord | None:
-        head = aliased(runs)
-        other = aliased(runs)
-        candidate = (
-            select(runs.c.run_id)
-            .where(
-                runs.c.status == RunStatus.pending.value,
-                or_(runs.c.not_before.is_(None), runs.c.not_before <= now),
-                # the head of its thread's queue ...
-                runs.c.queue_seq == select(func.min(head.c.queue_seq)).where(
-                    head.c.thread_id == runs.c.thread_id, head.c.status.in_(ACTIVE_VALUES)
-                ).scalar_subquery(),
-                # ... on a thread with nothing running
-                ~exists().where(
-                    other.c.thread_id == runs.c.thread_id,
-                    other.c.status == RunStatus.running.value,
-                ),
-            )
-            .order_by(runs.c.created_at, runs.c.queue_seq, runs.c.run_id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        )
-        if run_ids is not None:
-            candidate = candidate.where(runs.c.run_id.in_(run_ids))
+        candidate, params = (CLAIM_ANY, {"now": now}) if run_ids is None else (CLAIM_AMONG, {"now": now, "run_ids": run_ids})
 
         async def work(conn: AsyncConnection) -> RunRecord | None:
-            run_id = await conn.scalar(candidate)
+            run_id = await conn.scalar(candidate, params)
             if run_id is None:
                 return None
             started = utcnow()
-            statement = (
-                _fenced_update(run_id, None, RunStatus.pending.value)
-                .values(
-                    status=RunStatus.running.value, owner=owner, lease_expires_at=lease_expires_at,
-                    started_at=started, updated_at=started,
-                )
-                .returning(*_RUN_COLUMNS)
-            )
-            row = await _one(conn, statement)
+            claim = {"b_run_id": run_id, "status": RunStatus.running.value, "owner": owner,
+                     "lease_expires_at": lease_expires_at, "started_at": started, "updated_at": started}
+            row = await _one(conn, CLAIM, claim)
             return _to_run(row) if row is not None else None
 
         try:
@@ -344,7 +304,7 @@ class SqlRunStore(SqlBacked, RunStore):
                         lease_expires_at=lease_expires_at, updated_at=now,
                         stream_seq=greatest(runs.c.stream_seq, lease.stream_seq),
                     )
-                    .returning(*_RUN_COLUMNS)
+                    .returning(*RUN_COLUMNS)
                 )
                 row = await _one(conn, statement)
                 renewed[lease.run_id] = _to_run(row) if row is not None else None
@@ -354,7 +314,7 @@ class SqlRunStore(SqlBacked, RunStore):
 
     async def expired_runs(self, now: datetime, limit: int = 100) -> list[RunRecord]:
         query = (
-            select(*_RUN_COLUMNS)
+            select(*RUN_COLUMNS)
             .where(runs.c.status == RunStatus.running.value, runs.c.lease_expires_at < now)
             .order_by(runs.c.lease_expires_at, runs.c.run_id)
             .limit(limit)
@@ -401,7 +361,7 @@ class SqlRunStore(SqlBacked, RunStore):
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, run_id: str) -> RunRecord | None:
-        found = await self._db.rows(_run_query(run_id))
+        found = await self._db.rows(RUN, {"run_id": run_id})
         return _to_run(found[0]) if found else None
 
     async def list_runs(
@@ -411,7 +371,7 @@ class SqlRunStore(SqlBacked, RunStore):
         limit: int = 100,
         offset: int = 0,
     ) -> list[RunRecord]:
-        query = select(*_RUN_COLUMNS)
+        query = select(*RUN_COLUMNS)
         if thread_id is not None:
             query = query.where(runs.c.thread_id == thread_id)
         if statuses is not None:
@@ -429,7 +389,7 @@ class SqlRunStore(SqlBacked, RunStore):
         return {s: int(found.get(s.value, 0)) for s in statuses}
 
     async def active_runs(self, thread_id: str) -> list[RunRecord]:
-        return [_to_run(row) for row in await self._db.rows(_active_query(thread_id))]
+        return [_to_run(row) for row in await self._db.rows(ACTIVE, {"thread_id": thread_id})]
 
     async def delete_run(self, run_id: str) -> bool:
         async def work(conn: AsyncConnection) -> bool:
@@ -468,17 +428,13 @@ class SqlRunStore(SqlBacked, RunStore):
         return _to_thread(row) if row is not None else None
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        found = await self._db.rows(_thread_query(thread_id))
+        found = await self._db.rows(THREAD, {"thread_id": thread_id})
         return _to_thread(found[0]) if found else None
 
     async def set_thread_status(self, thread_id: str, status: str, *, unless_running: bool = False) -> None:
         require_thread_status(status)
-        statement = update(threads).where(threads.c.thread_id == thread_id)
-        if unless_running:
-            statement = statement.where(~exists().where(
-                runs.c.thread_id == thread_id, runs.c.status == RunStatus.running.value
-            ))
-        await self._db.write(statement.values(status=status, updated_at=utcnow()))
+        statement = UPDATE_THREAD_UNLESS_RUNNING if unless_running else UPDATE_THREAD
+        await self._db.write(statement, [{"b_thread_id": thread_id, "status": status, "updated_at": utcnow()}])
 
     async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]:
         query = (
