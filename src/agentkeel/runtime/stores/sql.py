@@ -52,7 +52,9 @@ from agentkeel.runtime.stores.sql_statements import (
     THREAD,
     THREAD_LOCKED,
     UPDATE_THREAD,
+    UPDATE_THREAD_RETURNING,
     UPDATE_THREAD_UNLESS_RUNNING,
+    finish,
 )
 
 
@@ -135,6 +137,8 @@ class SqlRunStore(SqlBacked, RunStore):
     def __init__(self, db: SqlDatabase) -> None:
         super().__init__(db)
         self._insert_thread = db.insert_ignoring(threads, "thread_id")
+        self._create_thread = self._insert_thread.returning(threads)
+        self._insert_event = db.insert_ignoring(journal, "run_id", "seq")
 
     async def _lock_thread(
         self, conn: AsyncConnection, thread_id: str, now: datetime
@@ -221,22 +225,16 @@ class SqlRunStore(SqlBacked, RunStore):
     ) -> RunRecord:
         require_terminal(completion.status)
         now = utcnow()
-        statement = _fenced_update(run_id, attempt, *statuses).values(
-            status=completion.status.value,
-            stop_reasons=completion.stop_reasons,
-            usage=completion.usage,
-            error=completion.error,
-            error_detail=completion.error_detail,
-            ended_at=now,
-            updated_at=now,
-            lease_expires_at=None,
-        )
-        if not completion.acknowledges_control:
-            # First action wins: a stored control request outranks a completion that ignores it.
-            statement = statement.where(runs.c.control.is_(None))
+        # First action wins: a stored control request outranks a completion that ignores it.
+        statement = finish(statuses, unless_control=not completion.acknowledges_control)
+        params = {
+            "b_run_id": run_id, "b_attempt": attempt, "status": completion.status.value,
+            "stop_reasons": completion.stop_reasons, "usage": completion.usage, "error": completion.error,
+            "error_detail": completion.error_detail, "ended_at": now, "updated_at": now, "lease_expires_at": None,
+        }
 
         async def work(conn: AsyncConnection) -> RunRecord:
-            row = await _one(conn, statement.returning(*RUN_COLUMNS))
+            row = await _one(conn, statement, params)
             if row is None:
                 found = await _one(conn, RUN, {"run_id": run_id})
                 current = _to_run(found) if found else None
@@ -247,7 +245,7 @@ class SqlRunStore(SqlBacked, RunStore):
                     raise control_pending(run_id, current.control)
                 raise fenced_out(run_id, attempt, current)
             if end is not None:
-                await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq").values(**event_row(end, now)))
+                await conn.execute(self._insert_event, event_row(end, now))
             return _to_run(row)
 
         return await self._db.transaction(work)
@@ -407,13 +405,8 @@ class SqlRunStore(SqlBacked, RunStore):
         async def work(conn: AsyncConnection) -> ThreadRecord:
             now = utcnow()
             current = await self._lock_thread(conn, thread_id, now)
-            statement = (
-                update(threads)
-                .where(threads.c.thread_id == thread_id)
-                .values(metadata={**current["metadata"], **(metadata or {})}, updated_at=now)
-                .returning(threads)
-            )
-            row = await _one(conn, statement)
+            merged = {**current["metadata"], **(metadata or {})}
+            row = await _one(conn, UPDATE_THREAD_RETURNING, {"b_thread_id": thread_id, "metadata": merged, "updated_at": now})
             assert row is not None
             return _to_thread(row)
 
@@ -421,10 +414,8 @@ class SqlRunStore(SqlBacked, RunStore):
 
     async def create_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadRecord | None:
         now = utcnow()
-        statement = self._db.insert_ignoring(threads, "thread_id").values(
-            thread_id=thread_id, status="idle", metadata=metadata, created_at=now, updated_at=now
-        )
-        row = await self._db.transaction(lambda conn: _one(conn, statement.returning(threads)), single=True)
+        params = {"thread_id": thread_id, "status": "idle", "metadata": metadata, "created_at": now, "updated_at": now}
+        row = await self._db.transaction(lambda conn: _one(conn, self._create_thread, params), single=True)
         return _to_thread(row) if row is not None else None
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -9,9 +9,10 @@ be named apart from those columns, hence the ``b_`` prefix.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import Select, bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import Select, Update, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.orm import aliased
 
 from agentkeel.runtime.records import RunStatus
@@ -66,12 +67,25 @@ NEXT_QUEUE_SEQ = select(func.coalesce(func.max(runs.c.queue_seq), 0) + 1).where(
 )
 INSERT_RUN = insert(runs).returning(*RUN_COLUMNS)
 UPDATE_THREAD = update(threads).where(threads.c.thread_id == bindparam("b_thread_id"))
+UPDATE_THREAD_RETURNING = UPDATE_THREAD.returning(threads)
 UPDATE_THREAD_UNLESS_RUNNING = UPDATE_THREAD.where(~exists().where(
     runs.c.thread_id == bindparam("b_thread_id"), runs.c.status == RunStatus.running.value
 ))
 
 
+@functools.cache
+def finish(statuses: tuple[str, ...], unless_control: bool) -> Update:
+    """Ending this attempt of a run (``b_run_id``, ``b_attempt``) while it is in one of
+    ``statuses`` -- and, ``unless_control``, has no stored control request."""
+    statement = update(runs).where(
+        runs.c.run_id == bindparam("b_run_id"), runs.c.attempt == bindparam("b_attempt"), runs.c.status.in_(statuses)
+    )
+    if unless_control:
+        statement = statement.where(runs.c.control.is_(None))
+    return statement.returning(*RUN_COLUMNS)
+
+
 __all__ = [
     "ACTIVE", "CLAIM", "CLAIM_AMONG", "CLAIM_ANY", "INSERT_RUN", "NEXT_QUEUE_SEQ", "RUN", "RUN_COLUMNS",
-    "THREAD", "THREAD_LOCKED", "UPDATE_THREAD", "UPDATE_THREAD_UNLESS_RUNNING",
+    "THREAD", "THREAD_LOCKED", "UPDATE_THREAD", "UPDATE_THREAD_RETURNING", "UPDATE_THREAD_UNLESS_RUNNING", "finish",
 ]
