@@ -15,6 +15,7 @@ Resources are dotted names. Their first segment says which way they travel on a 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -128,13 +129,17 @@ class Contract:
 
 def implemented_axes(middleware: Any) -> list[Axis]:
     """The axes a middleware instance takes part in, by the hooks its class overrides."""
+    return list(_class_axes(type(middleware)))  # type: ignore[arg-type]  # a class is hashable
+
+
+@functools.lru_cache(maxsize=512)
+def _class_axes(cls: type) -> tuple[Axis, ...]:
+    """Per class: every run's chain asks this of each member several times (the check, the
+    composition, the manifest), and a class's hooks are fixed once it is defined."""
     from langchain.agents.middleware import AgentMiddleware
 
-    found: list[Axis] = []
-    for axis, hooks in AXIS_HOOKS.items():
-        if any(getattr(type(middleware), h, None) is not getattr(AgentMiddleware, h) for h in hooks):
-            found.append(axis)
-    return found
+    return tuple(axis for axis, hooks in AXIS_HOOKS.items()
+                 if any(getattr(cls, h, None) is not getattr(AgentMiddleware, h) for h in hooks))
 
 
 def conservative(middleware: Any) -> Contract:
