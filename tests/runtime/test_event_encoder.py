@@ -98,6 +98,19 @@ def test_a_list_that_changed_other_than_by_appending_is_encoded_anew() -> None:
         assert encoder.encode(data) == reference(data)
 
 
+def test_langgraph_internals_beside_or_inside_a_remembered_list_are_dropped_as_before() -> None:
+    encoder = EventEncoder()
+    messages = thread(10)
+    inside = [*messages, AIMessage("x", id="p", additional_kwargs={"__pregel_secret": 1, "kept": 2})]
+    for data in (
+        {"messages": messages, "config": {"__pregel_send": print, "thread_id": "t"}},  # beside
+        {"messages": messages},  # remembered, clean
+        {"messages": inside},  # a message holding an internal key: this key is no longer remembered
+        {"messages": [*inside, AIMessage("y", id="q")]},
+    ):
+        assert encoder.encode(data) == reference(data)
+
+
 def test_remembered_lists_are_charged_shed_and_given_back() -> None:
     from agentkeel.runtime.content_budget import ContentBudget
 

@@ -114,18 +114,21 @@ class EventEncoder:
         return self._bytes
 
     def encode(self, data: Any) -> bytes:
-        if type(data) is dict and self._max_bytes:
-            data = self._with_encoded_lists(data)
+        encoded, rest = self._with_encoded_lists(data) if type(data) is dict and self._max_bytes else (data, None)
         try:
-            out = orjson.dumps(data, default=self._default, option=orjson.OPT_NON_STR_KEYS)
+            out = orjson.dumps(encoded, default=self._default, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:
             out = b""
-        if not out or (_PREGEL in out and _PREGEL_KEY.search(out)):  # rare: the JSON-safe walk
+        scan = out if rest is None else rest  # remembered lists are known to hold no "__pregel"
+        if not out or (_PREGEL in scan and _PREGEL_KEY.search(out)):  # rare: the JSON-safe walk
             out = json.dumps(to_jsonable(data), default=str, separators=(",", ":"), ensure_ascii=False).encode()
         return out
 
-    def _with_encoded_lists(self, data: dict[Any, Any]) -> dict[Any, Any]:
-        """``data`` with each list of messages replaced by its encoding (``orjson.Fragment``).
+    def _with_encoded_lists(self, data: dict[Any, Any]) -> tuple[dict[Any, Any], bytes | None]:
+        """``data`` with each list of messages replaced by its encoding (``orjson.Fragment``), and
+        the encoding of the other keys (None when nothing was replaced), the only part of the
+        output that still needs the ``__pregel`` scan (looking through every message's bytes at
+        every step was most of what encoding a long thread's chunk cost).
 
         Why: a ``values`` chunk holds the thread's whole message list at every step, and even
         inlining each message from the memo is one call back into Python per message per step.
@@ -143,7 +146,14 @@ class EventEncoder:
                 if out is data:
                     out = dict(data)
                 out[key] = fragment
-        return out
+        if out is data:
+            return data, None
+        try:
+            rest = orjson.dumps({k: v for k, v in data.items() if type(out[k]) is not orjson.Fragment},
+                                default=self._default, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            return out, None
+        return out, rest
 
     def _encoded_list(self, key: str, items: list[Any]) -> orjson.Fragment | None:
         """The encoding of ``items``, remembered under ``key``; None (inline each message from the
@@ -160,6 +170,10 @@ class EventEncoder:
             return None
         if new:
             parts = [orjson.dumps(item.model_dump(), default=self._default, option=orjson.OPT_NON_STR_KEYS) for item in new]
+            if any(_PREGEL in part for part in parts):  # never remembered: the whole output is scanned
+                self._forget_list(key)
+                self._unkept.add(key)
+                return None
             body = b",".join([body, *parts] if body else parts)
             if not self._keep_list(key, items, body):
                 self._unkept.add(key)
@@ -169,12 +183,7 @@ class EventEncoder:
     def _keep_list(self, key: str, items: list[Any], body: bytes) -> bool:
         """Remember ``body`` as the encoding of ``items`` in place of the key's previous one,
         charged like a memo entry; False if it does not fit (the previous one is forgotten)."""
-        with self._lock:
-            old = self._lists.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old.body)
-        if old is not None and self._budget is not None:
-            self._budget.release(len(old.body))
+        self._forget_list(key)
         size = len(body)
         if size > self._max_bytes:
             return False
@@ -186,6 +195,14 @@ class EventEncoder:
             self._lists[key] = _EncodedList(list(items), body)
             self._bytes += size
         return True
+
+    def _forget_list(self, key: str) -> None:
+        with self._lock:
+            old = self._lists.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.body)
+        if old is not None and self._budget is not None:
+            self._budget.release(len(old.body))
 
     def shed(self, nbytes: int) -> int:
         """Forget remembered lists, then the least recently used entries, until ``nbytes`` are
