@@ -33,6 +33,7 @@ opens, so ``database_pool.size`` bounds the connections a process holds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import select
 import time
@@ -52,6 +53,7 @@ from sqlalchemy.pool import NullPool
 from agentkeel.database import Database, DatabasePool
 from agentkeel.runtime.sqlite_inline import InlineConnection, connect_inline
 from agentkeel.runtime.stores.sql_engine import SqlDatabase
+from agentkeel.runtime.wal_checkpointer import WalCheckpointer
 
 APPLICATION_NAME = "agentkeel"  # what pg_stat_activity shows, unless the URL names another
 KEEPALIVE_INTERVAL_S = 5
@@ -159,10 +161,13 @@ async def open_connections(database: Database) -> AsyncIterator[Connections]:
         return
     if url.backend == "sqlite":
         engine = _sqlite_engine(Path(url.target), database.pool)
+        checkpointer = WalCheckpointer(Path(url.target))
+        checkpointer.start()
         try:
             yield Connections(database, sql=SqlDatabase(engine))
         finally:
             await engine.dispose()
+            await asyncio.to_thread(checkpointer.stop)
         return
     conninfo = postgres_conninfo(url.target, database.pool)
     pool = _postgres_pool(conninfo, database.pool)

@@ -13,8 +13,9 @@ fails the statement at once with ``SQLITE_BUSY`` and ``retry_while_busy`` (below
 asynchronously before trying the whole transaction again: the stores' ``SqlDatabase.transaction``
 (``stores/sql_engine.py``) and the checkpointer (``checkpoints/sqlite_saver.py``) both use it.
 Under WAL with ``synchronous=NORMAL`` a commit does not fsync; the exception is WAL's automatic
-checkpoint (every 1,000 pages written), which runs in the committing connection and syncs the
-files: the one place an inline commit waits for the disk. LangGraph's key-value store keeps an
+checkpoint, which runs in the committing connection and syncs the files: the one place an inline
+commit waits for the disk. So the checkpoints are a thread's work (``wal_checkpointer.py``), and
+the automatic one is only a backstop, at ``BACKSTOP_PAGES``. LangGraph's key-value store keeps an
 ordinary aiosqlite connection: nothing retries it, so it waits in SQLite's busy handler, which
 belongs on a thread.
 
@@ -36,6 +37,8 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
+from agentkeel.runtime.wal_checkpointer import BACKSTOP_PAGES
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -54,6 +57,7 @@ def inline_pragmas() -> list[str]:
         f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}",
         "PRAGMA journal_mode = WAL",
         "PRAGMA synchronous = NORMAL",
+        f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}",  # a backstop: a thread checkpoints (wal_checkpointer.py)
         "PRAGMA busy_timeout = 0",
     ]
 
