@@ -213,9 +213,10 @@ def _app_runtime(request: Request) -> Runtime:
     return found
 
 
-def caller(request: Request) -> Access:
+async def caller(request: Request) -> Access:
     """FastAPI dependency: the request's ``Access`` (identity from ``Authentication``, rules
-    from ``auth.mode: langgraph``), the way every route reaches the runtime's resources."""
+    from ``auth.mode: langgraph``), the way every route reaches the runtime's resources. A
+    coroutine for the same reason as ``deps.gateway``: no worker-thread hand-off per request."""
     rules = getattr(request.app.state, "auth_rules", None)
     return Access(_app_runtime(request), current_user(request), rules if isinstance(rules, AuthRules) else None)
 

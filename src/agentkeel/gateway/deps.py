@@ -62,8 +62,10 @@ class Gateway:
             await asyncio.wait(list(self._tasks), timeout=max(self.settings.drain_s, 1.0))
 
 
-def gateway(request: Request) -> Gateway:
-    """FastAPI dependency: the app's ``Gateway`` (set by ``create_app`` or its lifespan)."""
+async def gateway(request: Request) -> Gateway:
+    """FastAPI dependency: the app's ``Gateway`` (set by ``create_app`` or its lifespan). A
+    coroutine although it never awaits: FastAPI runs a plain-function dependency on a worker
+    thread, a hand-off per request for an attribute read."""
     state: Gateway | None = getattr(request.app.state, "gateway", None)
     if state is None:
         raise RuntimeError("the gateway is not started (its lifespan did not run)")
