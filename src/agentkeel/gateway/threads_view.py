@@ -157,9 +157,11 @@ def select_fields(view: dict[str, Any], select: list[str] | None) -> dict[str, A
     return chosen
 
 
-async def thread_view(runtime: Runtime, thread: ThreadRecord) -> dict[str, Any]:
-    """The ``Thread`` resource: the record plus values and interrupts read from its head."""
-    snapshot = await read_state(await thread_accessor(runtime, thread), thread.thread_id)
+async def thread_view(runtime: Runtime, thread: ThreadRecord, *, new: bool = False) -> dict[str, Any]:
+    """The ``Thread`` resource: the record plus values and interrupts read from its head.
+    ``new``: the thread was created by this request and nothing was written to it, so it has no
+    head to read (finding its graph and reading the state was most of a ``POST /threads``)."""
+    snapshot = None if new else await read_state(await thread_accessor(runtime, thread), thread.thread_id)
     error = None
     if thread.status == "error":
         newest = await runtime.store.list_runs(thread.thread_id, limit=1)

@@ -122,7 +122,7 @@ async def create_thread(body: ThreadCreate, access: Caller) -> dict[str, Any]:
             await delete_thread(runtime, thread_id)  # a refused create leaves nothing behind
             raise
         thread = await access.thread(thread_id)
-    return await thread_view(runtime, thread)
+    return await thread_view(runtime, thread, new=not updates)
 
 
 def _supersteps(supersteps: list[Superstep]) -> list[list[StateUpdate]]:
