@@ -51,6 +51,9 @@ async def test_claim_next_is_fifo_per_thread_and_one_running(empty_stores: Store
     assert first is not None and second is not None
     assert {first.run_id, second.run_id} == {a.run_id, c.run_id}  # b waits behind a
     assert first.status is RunStatus.running and first.attempt == 1 and first.owner == "w1"
+    for claimed in (first, second):  # the thread is busy from the claim on, not from the worker's start
+        thread = await run_store.get_thread(claimed.thread_id)
+        assert thread is not None and thread.status == "busy"
     assert await run_store.claim_next("w3", lease(), now) is None
     await run_store.finish(a.run_id, 1, DONE)
     third = await run_store.claim_next("w3", lease(), datetime.now(UTC))

@@ -134,7 +134,8 @@ class RunStore(ABC):
         Startable: the head of its thread's queue (per-thread FIFO), its thread has no running run,
         and its ``not_before`` has passed. Exactly one of any number of concurrent claimers (in any
         process) gets a given run (``FOR UPDATE SKIP LOCKED`` on PostgreSQL); None when nothing is
-        startable.
+        startable. The claimed run's thread is marked ``busy`` in the same transaction, so no reader
+        sees a running run on an ``idle`` thread.
         """
 
     @abstractmethod

@@ -236,6 +236,9 @@ class MemoryRunStore(RunStore):
             run.owner = owner
             run.lease_expires_at = as_utc(lease_expires_at)
             run.started_at = run.updated_at = utcnow()
+            thread = self._threads.get(run.thread_id)
+            if thread is not None:
+                thread.status, thread.updated_at = "busy", run.started_at
             return _copy_run(run)
 
     async def next_start_at(self) -> datetime | None:

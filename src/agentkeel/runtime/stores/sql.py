@@ -270,7 +270,10 @@ class SqlRunStore(SqlBacked, RunStore):
             claim = {"b_run_id": run_id, "status": RunStatus.running.value, "owner": owner,
                      "lease_expires_at": lease_expires_at, "started_at": started, "updated_at": started}
             row = await _one(conn, CLAIM, claim)
-            return _to_run(row) if row is not None else None
+            if row is None:
+                return None
+            await conn.execute(UPDATE_THREAD, {"b_thread_id": row["thread_id"], "status": "busy", "updated_at": started})
+            return _to_run(row)
 
         try:
             return await self._db.transaction(work)
