@@ -6,7 +6,7 @@ import uuid
 
 import httpx
 import pytest
-from test_gateway_runs_support import client, fresh_mode, new_thread, run_status, runtime  # noqa: F401
+from test_gateway_runs_support import client, fresh_mode, new_thread, run_status, runtime, wait_until  # noqa: F401
 
 from agentkeel.runtime.runtime import Runtime
 
@@ -36,6 +36,8 @@ async def test_cancel_with_wait_answers_like_join(client: httpx.AsyncClient, run
     tid = await new_thread(runtime)
     run = (await client.post(f"/threads/{tid}/runs", json=SLOW)).json()
     await run_status(runtime, run["run_id"], "running")
+    # Its input is checkpointed (cancelled before that, the thread has no state to answer with).
+    await wait_until(lambda: runtime.checkpointer.aget_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}}))
     path = f"/threads/{tid}/runs/{run['run_id']}"
     response = await client.post(f"{path}/cancel", params={"wait": 1, "action": "interrupt", "reason": "user stop"})
     assert response.status_code == 200
