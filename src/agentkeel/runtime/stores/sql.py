@@ -136,9 +136,7 @@ def _fenced_update(run_id: str, attempt: int | None, *statuses: str) -> Update:
 class SqlRunStore(SqlBacked, RunStore):
     def __init__(self, db: SqlDatabase) -> None:
         super().__init__(db)
-        self._insert_thread = db.insert_ignoring(threads, "thread_id")
-        self._create_thread = self._insert_thread.returning(threads)
-        self._insert_event = db.insert_ignoring(journal, "run_id", "seq")
+        self._create_thread = db.insert_ignoring(threads, "thread_id").returning(threads)
 
     async def _lock_thread(
         self, conn: AsyncConnection, thread_id: str, now: datetime
@@ -149,7 +147,7 @@ class SqlRunStore(SqlBacked, RunStore):
         SQLite ``BEGIN IMMEDIATE`` already did, and ``FOR UPDATE`` compiles to nothing.
         """
         await conn.execute(
-            self._insert_thread,
+            self._db.insert_ignoring(threads, "thread_id"),
             {"thread_id": thread_id, "status": "idle", "metadata": {}, "created_at": now, "updated_at": now},
         )
         row = await _one(conn, THREAD_LOCKED, {"thread_id": thread_id})
@@ -245,7 +243,7 @@ class SqlRunStore(SqlBacked, RunStore):
                     raise control_pending(run_id, current.control)
                 raise fenced_out(run_id, attempt, current)
             if end is not None:
-                await conn.execute(self._insert_event, event_row(end, now))
+                await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq"), event_row(end, now))
             return _to_run(row)
 
         return await self._db.transaction(work)

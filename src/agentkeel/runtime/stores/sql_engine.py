@@ -99,6 +99,7 @@ class SqlDatabase:
         self._writer = asyncio.Lock() if self.dialect == "sqlite" else None
         self._setup_lock = asyncio.Lock()
         self._migrated = False
+        self._inserts: dict[tuple[str, tuple[str, ...]], Insert] = {}
 
     async def transaction(
         self, work: Callable[[AsyncConnection], Awaitable[T]], *, read_only: bool = False,
@@ -175,9 +176,14 @@ class SqlDatabase:
             self._migrated = True
 
     def insert_ignoring(self, table: Table, *keys: str) -> Insert:
-        """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in this database's dialect."""
-        insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
-        return insert(table).on_conflict_do_nothing(index_elements=list(keys))
+        """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in this database's dialect, built once per
+        table and keys (a statement is immutable: ``.values()`` and ``.returning()`` copy it), so
+        the stores that execute it with parameters share one statement and its compiled form."""
+        statement = self._inserts.get((table.name, keys))
+        if statement is None:
+            insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+            statement = self._inserts[(table.name, keys)] = insert(table).on_conflict_do_nothing(index_elements=list(keys))
+        return statement
 
 
 class SqlBacked:

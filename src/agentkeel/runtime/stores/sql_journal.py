@@ -50,7 +50,6 @@ class SqlJournalStore(SqlBacked, JournalStore):
 
     def __init__(self, db: SqlDatabase) -> None:
         super().__init__(db)
-        self._statement = db.insert_ignoring(journal, "run_id", "seq")
         self._pending: list[tuple[list[JournalEvent], asyncio.Future[None]]] = []
         self._writing: asyncio.AbstractEventLoop | None = None  # the loop a write is in flight on
 
@@ -104,7 +103,7 @@ class SqlJournalStore(SqlBacked, JournalStore):
         # SQLAlchemy builds and compiles that statement anew for every batch size and value, which
         # cost more CPU than the database's own work.
         now = utcnow()
-        await self._db.write(self._statement, [event_row(e, now) for e in events])
+        await self._db.write(self._db.insert_ignoring(journal, "run_id", "seq"), [event_row(e, now) for e in events])
 
     async def list(
         self,
