@@ -27,7 +27,9 @@ move less than the wall times.
 
 ``--calls N`` measures instead what one store call costs: ``N`` calls each of four one-statement
 calls (``set_thread_status``, ``get``, a one-event ``journal.append``, ``journal.list``) on an idle
-database of each SQL configuration, wall and CPU time per call.
+database of each SQL configuration, wall and CPU time per call; and what one step costs the
+checkpointer: ``N`` times an ``aput`` of a 20-message checkpoint (a new ``messages`` version each
+time, as a model turn makes) followed by an ``aput_writes`` of one task's two writes.
 
 Run ``python benchmarks/stores.py [--steps 30] [--sequential 5] [--concurrent 10] [--short 50]
 [--short-steps 1] [--rounds 2] [--databases sqlite,postgres,memory] [--pg-admin URL] [--calls N]``.
@@ -47,6 +49,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentkeel.config import ModelConfig
 from agentkeel.runtime.records import RunStatus
@@ -175,6 +178,7 @@ async def measure_calls(names: list[str], calls: int, pg_admin: str) -> str:
                     [JournalEvent("calls-run", "calls", i + 1, "model.call", {"n": i})]),
                 "journal.list": lambda i: rt.journal.list("calls-run", limit=1),
             }
+            probes["checkpoint step (aput + aput_writes)"] = checkpoint_step(rt)
             for label, call in probes.items():
                 wall, cpu = time.perf_counter(), time.process_time()
                 for i in range(calls):
@@ -182,6 +186,31 @@ async def measure_calls(names: list[str], calls: int, pg_admin: str) -> str:
                 out.append(f"| {name} | {label} | {(time.perf_counter() - wall) * 1000 / calls:.3f} | "
                            f"{(time.process_time() - cpu) * 1000 / calls:.3f} |")
     return "\n".join(out)
+
+
+def checkpoint_step(rt: Runtime) -> Callable[[int], Awaitable[object]]:
+    """One step's checkpoint traffic on a thread of its own: ``aput``, then one task's writes."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    messages = [AIMessage(content=f"turn {i} " + "x" * 200, id=f"m{i}") for i in range(20)]
+    state: dict[str, Any] = {
+        "config": {"configurable": {"thread_id": f"calls-{uuid.uuid4().hex[:8]}", "checkpoint_ns": ""}},
+        "checkpoint": empty_checkpoint(),
+    }
+
+    async def step(i: int) -> None:
+        checkpoint = create_checkpoint(state["checkpoint"], None, i)
+        versions = {"messages": str(i + 1), "step": str(i + 1)}
+        checkpoint["channel_values"] = {"messages": messages, "step": i}
+        checkpoint["channel_versions"] = versions
+        state["checkpoint"] = checkpoint
+        state["config"] = await rt.checkpointer.aput(state["config"], checkpoint, {"step": i, "source": "loop"}, versions)
+        await rt.checkpointer.aput_writes(
+            state["config"], [("messages", ToolMessage(content="ok", tool_call_id="t")), ("step", i)], f"task-{i}",
+        )
+
+    return step
 
 
 def report(results: dict[str, Result], args: argparse.Namespace) -> str:
