@@ -22,12 +22,14 @@ from runtime_support import (
     new_thread_id,
     start,
     thread_state,
+    thread_status,
     turn,
     wait_until,
 )
 
 import agentkeel.harness.agents as agents_module
 from agentkeel.harness.durable import durable_values
+from agentkeel.runtime.checkpoints import StateAccessor
 from agentkeel.runtime.delegations import CLOSE_NODE
 from agentkeel.runtime.manager import CancelOutcome
 from agentkeel.runtime.records import RunStatus
@@ -109,6 +111,30 @@ async def test_a_run_that_ends_on_its_own_is_not_rewritten(keel: Keel) -> None:
         head = await thread_state(rt, thread)
         assert CLOSE_NODE not in ((head.metadata or {}).get("writes") or {})
         assert durable_values(head.values)["delegations"] == []
+
+
+async def test_finalizing_reads_the_threads_state_once(keel: Keel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing delegations and settling the thread's status share one full read of the state
+    (a read decodes every message of the thread): a run's finalization makes exactly one."""
+    reads: list[str] = []
+    aget = StateAccessor.aget
+
+    async def counted(self: StateAccessor, thread_id: str, checkpoint_id: str | None = None) -> Any:
+        reads.append(thread_id)
+        return await aget(self, thread_id, checkpoint_id)
+
+    monkeypatch.setattr(StateAccessor, "aget", counted)
+    config = keel.config({"fast": [turn("All done.")]})
+    thread = new_thread_id("deleg")
+    async with keel.open(config) as rt:
+        run = await start(rt, thread, "hello")
+        assert (await finished(rt, run.run_id)).status == RunStatus.success
+        await wait_until(lambda: _settled(rt, thread), what="the thread settled")
+        assert reads == [thread]
+
+
+async def _settled(rt: Any, thread: str) -> bool:
+    return await thread_status(rt, thread) == "idle"
 
 
 async def test_a_result_that_arrived_before_the_stop_is_taken_in_not_cancelled(

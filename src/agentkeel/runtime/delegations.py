@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph.types import StateSnapshot
+
 from agentkeel.harness.durable import DelegationEntry, closing_updates, merge_delegations
 from agentkeel.harness.middleware.durable_context import outcome_update, result_updates
 from agentkeel.runtime.checkpoints import StateAccessor
@@ -32,19 +34,19 @@ _CLOSED_AS: dict[RunStatus, tuple[str, str]] = {
 
 
 async def close_run_delegations(
-    accessor: StateAccessor, thread_id: str, run_id: str, status: RunStatus,
+    accessor: StateAccessor, thread_id: str, snapshot: StateSnapshot | None, run_id: str, status: RunStatus,
     outcomes: Mapping[str, dict[str, Any]] | None = None,
 ) -> int:
     """Settle the ``in_progress`` ledger entries of ``run_id`` after it ended with ``status``;
     returns how many were updated (usually 0: a delegation reports before the model goes on).
 
+    ``snapshot``: the thread's state after the run, which the caller reads once and also needs
+    for the thread's status (a full read decodes every message of the thread).
+
     ``outcomes``: how each delegated task ended as its subagent settled (task id -> outcome
     data), for the tasks whose result never reached the thread — a run cancelled while its
     children ran still records each child's status and partial result."""
-    if status not in _CLOSED_AS:
-        return 0
-    snapshot = await accessor.aget(thread_id)
-    if snapshot is None:
+    if status not in _CLOSED_AS or snapshot is None:
         return 0
     closed_as, reason = _CLOSED_AS[status]
     values = snapshot.values or {}

@@ -33,6 +33,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.store.base import BaseStore
+from langgraph.types import StateSnapshot
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import TURNS_DONE_KEY, Harness
@@ -339,9 +340,12 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         )
     if state.cancelled:
         await _record_cancellation(active, state, rolled_back)
+    final: StateSnapshot | None = None  # the thread after the run: read once, for both steps below
     if state.started and state.accessor is not None and not rolled_back:
-        await _step("close delegations", active, close_run_delegations(
-            state.accessor, record.thread_id, run_id, state.status, state.delegation_outcomes), bound)
+        final = await _step("read final state", active, state.accessor.aget(record.thread_id), bound)
+        if await _step("close delegations", active, close_run_delegations(
+                state.accessor, record.thread_id, final, run_id, state.status, state.delegation_outcomes), bound):
+            final = None  # the closing edit made a new head: read it again for the status
     finished = await _persist(deps, active, state, rolled_back)
     if finished is None:  # fenced out or the lease was lost: the record belongs to someone else
         if journal is not None:
@@ -353,7 +357,7 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         await _step("thread status", active, deps.store.set_thread_status(
             record.thread_id, "idle", unless_running=True), bound)
     else:
-        await _step("thread status", active, _update_thread(deps, state, finished), bound)
+        await _step("thread status", active, _update_thread(deps, state, finished, final), bound)
     for hook in deps.completion_hooks:
         await _step(f"completion hook {getattr(hook, '__name__', hook)}", active, hook(finished), bound)
     # Last, and only once the terminal record is durable: END means "done, read the record".
@@ -512,10 +516,13 @@ def _intervention(state: _RunState, action: str, detail: str) -> None:
         state.journal.record("intervention", {"middleware": "worker", "action": action, "detail": detail}, caller="worker")
 
 
-async def _update_thread(deps: WorkerDeps, state: _RunState, record: RunRecord) -> None:
+async def _update_thread(
+    deps: WorkerDeps, state: _RunState, record: RunRecord, final: StateSnapshot | None,
+) -> None:
+    """``final``: the thread's state after the run if already read, else None (read here)."""
     status = AFTER_RUN.get(record.status, "idle")
     if record.status == RunStatus.success and state.accessor is not None:
-        status = settled_status(await state.accessor.aget(record.thread_id))
+        status = settled_status(final if final is not None else await state.accessor.aget(record.thread_id))
     # The thread's next run may already be running (another worker claimed it): leave its busy.
     await deps.store.set_thread_status(record.thread_id, status, unless_running=True)
 
