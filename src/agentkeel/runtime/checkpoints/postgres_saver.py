@@ -15,9 +15,9 @@ writes twice, so each step paid two thread hops and two extra loop wake-ups: abo
 saver's CPU per step (``benchmarks/stores.py --calls``, a 20-message checkpoint). The cost moved
 here: a step's serialisation now runs on the loop, as it always has in SQLite's saver -- in the
 thread it was Python code under the GIL too, sharing the loop's time in 5 ms slices rather than
-taking it in one piece. The rows are the
-parent's (``_dump_blobs``, ``_dump_writes``) and so are the statements, so what is stored is
-unchanged (``tests/runtime/test_checkpoints.py`` runs every saver through the same graphs).
+taking it in one piece. The rows are the parent's (``_dump_blobs``, ``_dump_writes``) and so are
+the statements, so what is stored is unchanged (``tests/runtime/test_checkpoints.py`` runs every
+saver through the same graphs).
 """
 
 from __future__ import annotations
