@@ -204,6 +204,9 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         await _continue_lost_attempt(deps, active, state)
         await continue_stream(deps.bridge, record, deps.config.limits.stream_retention)
         recovered = recovered_notes(await prior_calls(deps.journal_store, record.run_id))
+        # A fresh run's thread was marked busy by ``claim_next``'s own transaction; a takeover
+        # (``RunStore.claim``) moves only the run, so its thread is marked here.
+        await deps.store.set_thread_status(record.thread_id, "busy")
     state.journal.record(
         "run.start",
         {"assistant_id": record.assistant_id, "attempt": record.attempt, "owner": deps.owner,
@@ -211,7 +214,6 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
          "resumed_from": active.resumed_from},
         caller="worker",
     )
-    await deps.store.set_thread_status(record.thread_id, "busy")
     await deps.bridge.publish(record.run_id, "metadata", {"run_id": record.run_id, "attempt": record.attempt},
                               coordinate=active.coordinate())
 
