@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -167,7 +168,9 @@ async def measure(turns: int, *, compaction: bool, mode: CheckpointMode, trigger
             open_connections(Database.parse(f"sqlite:///{directory / 'bench.db'}")) as connections,
             open_checkpointer(connections) as saver,
         ):
-            graph = (await harness.build(resolved, run_config)).copy(update={"checkpointer": saver})
+            built = await harness.build(resolved, run_config)
+            graph = built.graph.copy(update={"checkpointer": saver})
+            context = dataclasses.replace(context, run_scope=built.scope)
             conn = saver.conn  # type: ignore[attr-defined]
 
             async def stored() -> int:

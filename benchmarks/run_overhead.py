@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dataclasses
 import gc
 import io
 import json
@@ -296,10 +297,11 @@ async def arun_bare(
                 if journal:
                     run_journal = await Journal.open(MemoryJournalStore(), run_id, thread_id)
                     run_config["callbacks"] = [JournalCallbackHandler(run_journal, UsageAccumulator())]
-                graph = (await harness.build(resolved, run_config)).copy(update={"checkpointer": saver})
+                built = await harness.build(resolved, run_config)
+                graph = built.graph.copy(update={"checkpointer": saver})
                 async for mode, chunk in graph.astream(
                     {"messages": [{"role": "user", "content": PROMPT}]}, run_config,
-                    context=context, stream_mode=[stream_mode],  # type: ignore[call-overload, list-item]
+                    context=dataclasses.replace(context, run_scope=built.scope), stream_mode=[stream_mode],  # type: ignore[call-overload, list-item]
                 ):
                     if publish:
                         await bridge.publish_encoded(run_id, mode, encoder.encode(chunk))

@@ -217,7 +217,7 @@ async def _built_prompts(config: KeelConfig, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(agents_module, "create_agent", spy)
     for _ in range(2):  # two processes building the same agent
         harness = Harness(config)
-        await harness.build(harness.resolve("lead"), {"metadata": {}}, state_only=True)
+        await harness.state_graph(harness.resolve("lead"), {"metadata": {}})
     return prompts
 
 

@@ -65,7 +65,7 @@ async def test_a_run_compacts_through_the_worker_with_the_scripts_summarization_
         record = await rt.manager.create(RunRequest(thread_id="t-summary", input="Go."))
         done = await rt.manager.wait(record.run_id)
         events = await rt.journal.list(record.run_id)
-        graph = await rt.harness.build(rt.harness.resolve("lead"), {"metadata": {}}, state_only=True)
+        graph = await rt.harness.state_graph(rt.harness.resolve("lead"), {"metadata": {}})
         snapshot = await StateAccessor(graph, rt.checkpointer).aget("t-summary")
 
     assert done is not None and done.status is RunStatus.success, done

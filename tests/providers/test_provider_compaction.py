@@ -84,7 +84,7 @@ async def test_a_long_run_with_compaction_sends_only_requests_a_strict_provider_
             done = await rt.manager.wait(record.run_id)
         assert done is not None
         events = await rt.journal.list(done.run_id)
-        graph = await rt.harness.build(rt.harness.resolve("lead"), {"metadata": {}}, state_only=True)
+        graph = await rt.harness.state_graph(rt.harness.resolve("lead"), {"metadata": {}})
         snapshot = await StateAccessor(graph, rt.checkpointer).aget(thread)
     assert done.status is RunStatus.success, done.error
 

@@ -276,7 +276,7 @@ async def journal(rt: Runtime, run_id: str) -> list[JournalEvent]:
 
 async def accessor(rt: Runtime, assistant_id: str = "lead") -> StateAccessor:
     """A ``StateAccessor`` over the assistant's graph, as the worker builds it."""
-    graph = await rt.harness.build(rt.harness.resolve(assistant_id), {"metadata": {}})
+    graph = await rt.harness.state_graph(rt.harness.resolve(assistant_id), {"metadata": {}})
     return StateAccessor(graph, rt.checkpointer)
 
 

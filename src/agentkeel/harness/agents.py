@@ -8,6 +8,7 @@ behind.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.pregel import Pregel
 
 from agentkeel.config import KeelConfig
@@ -25,6 +27,7 @@ from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.middleware.llm_error_handling import ModelRef
 from agentkeel.harness.middleware.summarization import SUMMARY_AGENT, Summarization
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
+from agentkeel.harness.run_scope import RunScope, ScopeTemplate
 from agentkeel.harness.scripted import ScriptedChatModel
 from agentkeel.harness.skills import Skill, load_skills, skills_prompt
 from agentkeel.harness.state import agent_state_schema
@@ -40,6 +43,8 @@ from agentkeel.harness.subagents import (
 )
 from agentkeel.harness.tools import WORKSPACE_TOOL_NAMES, build_tools
 from agentkeel.limits import TurnLimits
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful agent working in the directory /workspace. Deliverables go to "
@@ -61,6 +66,15 @@ class ResolvedAssistant:
     assistant_id: str
     kind: Literal["agent", "graph"]
     model_name: str | None  # None for user graphs
+
+
+@dataclass(frozen=True)
+class AgentBuild:
+    """What :meth:`Harness.build` gives a run: the graph to execute and, when it is the assistant's
+    shared graph, the run's scope, which must be the run's ``RunContext.run_scope``."""
+
+    graph: Pregel
+    scope: RunScope | None = None
 
 
 class Harness:
@@ -89,9 +103,11 @@ class Harness:
             config.subagents, [t for t in WORKSPACE_TOOL_NAMES if config.tools.bash or t != "bash"]
         )
         self.subagent_capacity = Capacity(config.subagents.process_capacity)
-        # Build every assistant's chain once now: a chain that breaks a contract stops start-up.
+        # Compile every assistant's shared graph (``harness/run_scope.py``) for its default model
+        # now: a chain that breaks a contract stops start-up, and the first run does not pay for it.
+        self._shared: dict[tuple[str, str], tuple[Pregel, ScopeTemplate]] = {}
         for assistant in config.assistants:
-            self.chain(self.resolve(assistant.assistant_id))
+            self._shared_graph(self.resolve(assistant.assistant_id))
 
     @property
     def assistant_ids(self) -> list[str]:
@@ -137,38 +153,70 @@ class Harness:
         return ModelRef(name=model.name, use=model.use, key_env=model.api_key_env,
                         timeout_s=self.models.call_timeout_s(name))
 
-    async def build(
-        self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None,
-        *, state_only: bool = False,
-    ) -> Pregel:
-        """A fresh graph for one run (fresh model and guard state; no checkpointer attached).
+    async def build(self, resolved: ResolvedAssistant, config: RunnableConfig, chain: Chain | None = None) -> AgentBuild:
+        """What one run executes: the assistant's shared graph and the run's scope (a fresh model,
+        guard state and ``task`` executor; ``harness/run_scope.py``), or a user graph. No
+        checkpointer is attached.
 
-        ``chain``: the run's chain from :meth:`chain`, when the caller also needs its manifest;
-        by default a fresh one is built. ``state_only``: the graph is only read (thread state and
-        history), never run, so its model is a placeholder: reading a thread never needs the
-        provider's package or key.
+        ``chain``: the run's chain from :meth:`chain`, when the caller also needs its manifest; by
+        default a fresh one is built. A chain whose LangChain middleware does not have the shape
+        the shared graph was compiled for (a factory of ``assistants[].middleware`` that returns
+        other classes from run to run) gets a graph built for this run alone.
         """
         if resolved.kind == "graph":
-            return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
+            return AgentBuild(await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config))
         assistant = self._config.assistant(resolved.assistant_id)
         assert assistant is not None and resolved.model_name is not None
-        tools = build_tools(bash_enabled=self._config.tools.bash, names=_without_task(assistant.tools))
         metadata = config.get("metadata") or {}
         run_key = metadata.get("run_id")
-        model = StateOnlyModel() if state_only else self.models.build(
-            resolved.model_name, run_key=run_key,
-            turns_done=int(metadata.get(TURNS_DONE_KEY) or 0),
-        )
+        model = self.models.build(resolved.model_name, run_key=run_key,
+                                  turns_done=int(metadata.get(TURNS_DONE_KEY) or 0))
         chain = chain or self.chain(resolved)
-        if not state_only:
-            self._bind_summarizers(chain, resolved.model_name, model, run_key)
-        if _delegates(assistant.tools):
-            tools.append(self._task_tool(resolved.model_name, model, run_key, depth=0))
+        self._bind_summarizers(chain, resolved.model_name, model, run_key)
+        executor = self._executor(resolved.model_name, model, run_key, 0) if _delegates(assistant.tools) else None
+        middleware = tuple(chain.for_agent())
+        graph, template = self._shared_graph(resolved)
+        if template.fits(middleware):
+            return AgentBuild(graph, RunScope(model, middleware, executor))
+        log.debug("assistant %r: this run's middleware differs from the shared graph's; building its own",
+                  resolved.assistant_id)
+        task = [task_tool(executor, self._config.subagents.max_per_run)] if executor is not None else []
+        return AgentBuild(self._compile(resolved, model, list(middleware), task))
+
+    async def state_graph(self, resolved: ResolvedAssistant, config: RunnableConfig) -> Pregel:
+        """A graph to read a thread's state and history with, never to run: an agent's shared
+        graph (its placeholder model needs no provider package or key), or the user graph."""
+        if resolved.kind == "graph":
+            return await materialize_graph(resolved.assistant_id, self._graphs[resolved.assistant_id], config)
+        return self._shared_graph(resolved)[0]
+
+    def _shared_graph(self, resolved: ResolvedAssistant) -> tuple[Pregel, ScopeTemplate]:
+        """The agent graph every run of ``resolved`` shares, compiled on first use."""
+        key = (resolved.assistant_id, resolved.model_name or "")
+        shared = self._shared.get(key)
+        if shared is None:
+            assistant = self._config.assistant(resolved.assistant_id)
+            assert assistant is not None and resolved.model_name is not None
+            middleware = self.chain(resolved).for_agent()
+            template = ScopeTemplate.of(middleware)
+            task = []
+            if _delegates(assistant.tools):  # its description is the configuration's; its executor the run's
+                described_by = self._executor(resolved.model_name, StateOnlyModel(), None, 0)
+                task = [task_tool(described_by, self._config.subagents.max_per_run, per_run=True)]
+            graph = self._compile(resolved, StateOnlyModel(), template.stand_ins(middleware), task)
+            shared = self._shared[key] = (graph, template)
+        return shared
+
+    def _compile(self, resolved: ResolvedAssistant, model: BaseChatModel, middleware: list[Any],
+                 task: list[BaseTool]) -> Pregel:
+        assistant = self._config.assistant(resolved.assistant_id)
+        assert assistant is not None
+        tools = [*build_tools(bash_enabled=self._config.tools.bash, names=_without_task(assistant.tools)), *task]
         return create_agent(
             model,
             tools,
             system_prompt=self._prompt(assistant.system_prompt or DEFAULT_SYSTEM_PROMPT, tools),
-            middleware=chain.for_agent(),
+            middleware=middleware,
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
             name=resolved.assistant_id,
@@ -188,20 +236,19 @@ class Harness:
             member.bind_model(summary_model, name, self.models.call_timeout_s(name))
 
     # -- subagents -------------------------------------------------------------------------
-    def _task_tool(
+    def _executor(
         self, model_name: str, model: BaseChatModel, run_key: str | None, depth: int, levels: int = MAX_DEPTH,
-    ) -> Any:
-        """The ``task`` tool of an agent at ``depth`` (0: the lead) calling ``model``, whose
+    ) -> SubagentExecutor:
+        """The subagent executor of an agent at ``depth`` (0: the lead) calling ``model``, whose
         children may delegate ``levels - 1`` levels further at most."""
         settings = self._config.subagents
 
         def build_child(spec: SubagentType, depth: int, executor: SubagentExecutor) -> ChildAgent:
             return self._subagent(spec, depth, executor, model_name, model, run_key)
 
-        executor = SubagentExecutor(
+        return SubagentExecutor(
             self.subagent_types, build_child, self.subagent_capacity, settings.max_concurrent, depth, levels,
         )
-        return task_tool(executor, settings.max_per_run)
 
     def _subagent(
         self, spec: SubagentType, depth: int, executor: SubagentExecutor, parent_model_name: str,
@@ -229,7 +276,7 @@ class Harness:
         self._bind_summarizers(chain, name, model, run_key)
         tools = build_tools(bash_enabled=self._config.tools.bash, names=_without_task(list(spec.tools)))
         if delegates:
-            tools.append(self._task_tool(name, model, run_key, depth, levels))
+            tools.append(task_tool(self._executor(name, model, run_key, depth, levels), self._config.subagents.max_per_run))
         graph = create_agent(
             model,
             tools,

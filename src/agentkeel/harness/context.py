@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentkeel.harness.run_scope import RunScope
 from agentkeel.harness.stop_reasons import StopReasonCollector
 from agentkeel.harness.tool_replay import ToolReplay
 from agentkeel.sandbox.bwrap import BashSandbox
@@ -109,4 +110,7 @@ class RunContext:
     # A re-run's answerer of tool calls from the recording (``harness/tool_replay.py``); None for
     # every other run, whose tools run.
     tool_replay: ToolReplay | None = None
+    # The run's own model, middleware instances and task executor when its graph is the assistant's
+    # shared one (``harness/run_scope.py``); None for a graph built for this run alone.
+    run_scope: RunScope | None = None
     extra: dict[str, Any] = field(default_factory=dict)

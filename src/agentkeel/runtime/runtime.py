@@ -67,7 +67,7 @@ class Runtime:
         """
         if assistant_id not in self._accessors:
             resolved = self.harness.resolve(assistant_id)
-            graph = await self.harness.build(resolved, {"configurable": {}, "metadata": {}}, state_only=True)
+            graph = await self.harness.state_graph(resolved, {"configurable": {}, "metadata": {}})
             self._accessors[assistant_id] = StateAccessor(
                 graph.copy(update={"checkpointer": self.checkpointer, "store": self.kv_store}),
                 self.checkpointer,

@@ -228,7 +228,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store
     chain = deps.harness.chain(prepared.assistant) if prepared.assistant.kind == "agent" else None
-    graph = (await deps.harness.build(prepared.assistant, config, chain)).copy(update=bound)
+    built = await deps.harness.build(prepared.assistant, config, chain)
+    graph = built.graph.copy(update=bound)
     if chain is not None:  # which guards wrapped which call, for the debugger and the ledger
         state.journal.record("chain.manifest", chain.manifest(), caller="worker")
     state.accessor = StateAccessor(graph, deps.checkpointer)
@@ -270,6 +271,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         delegation_outcomes=state.delegation_outcomes,
         task_events=TaskEventSink(deps.bridge, active, state.encoder),
         tool_replay=replay,
+        run_scope=built.scope,
         extra=prepared.caller_context,
     )
     graph_input = prepared.graph_input

@@ -192,7 +192,9 @@ class _ChildRun:
         started = time.monotonic()
         outcome = self.outcome
         journal = TaskJournal(self.ctx.journal, outcome.task_id) if self.ctx.journal is not None else None
-        child_ctx = dataclasses.replace(self.ctx, stop_reasons=self.reasons, touches=self.touches, journal=journal)
+        # The lead's scope is not the child's: a child graph is built for its task alone.
+        child_ctx = dataclasses.replace(self.ctx, stop_reasons=self.reasons, touches=self.touches, journal=journal,
+                                        run_scope=None)
         config = self._child_config()
         try:
             deadline = asyncio.timeout(self.spec.timeout_s)
