@@ -11,8 +11,8 @@ LangChain middleware of the chain (same name, same hooks, same state schema, sam
 ``task`` tool that asks the context for its executor. A run's own parts — the model, the chain's
 middleware instances, the executor — are a :class:`RunScope` carried by the run's
 :class:`~agentkeel.harness.context.RunContext` (LangGraph's per-invocation dependency channel), and
-the stand-ins forward every hook call to the run's instance at their position. :class:`ScopeEntry`,
-outermost, hands the run's model to every model call. A run whose chain does not have the shape the
+the stand-ins forward every hook call to the run's instance at their position; the outermost model
+wrapper among them (or a :class:`ScopeEntry`) hands every model call the run's model. A run whose chain does not have the shape the
 graph was compiled for (:meth:`ScopeTemplate.fits`) gets a graph of its own, built the old way.
 """
 
@@ -67,14 +67,22 @@ def _state_forwarder(hook: str, index: int) -> Callable[..., Any]:
     return forward
 
 
-def _wrap_forwarder(hook: str, index: int) -> Callable[..., Any]:
+def _wrap_forwarder(hook: str, index: int, entry: bool) -> Callable[..., Any]:
+    """``entry``: the outermost model wrapper, which hands the request the run's model first."""
+    give_model = entry and "model" in hook
     if hook in ASYNC_HOOKS:
         async def forward_async(self: AgentMiddleware, request: Any, handler: Callable[..., Awaitable[Any]]) -> Any:
-            return await getattr(scope_of(request.runtime).middleware[index], hook)(request, handler)
+            scope = scope_of(request.runtime)
+            if give_model:
+                request = request.override(model=scope.model)
+            return await getattr(scope.middleware[index], hook)(request, handler)
         return forward_async
 
     def forward(self: AgentMiddleware, request: Any, handler: Callable[..., Any]) -> Any:
-        return getattr(scope_of(request.runtime).middleware[index], hook)(request, handler)
+        scope = scope_of(request.runtime)
+        if give_model:
+            request = request.override(model=scope.model)
+        return getattr(scope.middleware[index], hook)(request, handler)
     return forward
 
 
@@ -82,10 +90,15 @@ def _overridden(cls: type, hook: str) -> bool:
     return getattr(cls, hook) is not getattr(AgentMiddleware, hook)
 
 
-def stand_in(template: Any, index: int) -> AgentMiddleware:
+def _wraps_model(cls: type) -> bool:
+    return _overridden(cls, "wrap_model_call") or _overridden(cls, "awrap_model_call")
+
+
+def stand_in(template: Any, index: int, *, entry: bool = False) -> AgentMiddleware:
     """A middleware that looks to LangChain's factory exactly like ``template`` (the hooks its class
     overrides, their jump targets, its name, state schema, tools and trace policy) and forwards
-    each hook call to the run's middleware at ``index``."""
+    each hook call to the run's middleware at ``index``; ``entry``: it is the outermost model
+    wrapper, and gives each model request the run's model before forwarding it."""
     namespace: dict[str, Any] = {
         "state_schema": template.state_schema,
         "name": property(lambda self: self._name),
@@ -94,8 +107,7 @@ def stand_in(template: Any, index: int) -> AgentMiddleware:
     for hook in HOOKS:
         if not _overridden(type(template), hook):
             continue
-        make = _wrap_forwarder if "wrap_" in hook else _state_forwarder
-        forward = make(hook, index)
+        forward = _wrap_forwarder(hook, index, entry) if "wrap_" in hook else _state_forwarder(hook, index)
         jumps = getattr(getattr(type(template), hook), "__can_jump_to__", None)
         if jumps is not None:
             forward.__can_jump_to__ = jumps  # type: ignore[attr-defined]
@@ -109,8 +121,12 @@ def stand_in(template: Any, index: int) -> AgentMiddleware:
 
 
 class ScopeEntry(AgentMiddleware):
-    """Outermost on a shared graph: every model call gets the run's model (the graph was compiled
-    with a placeholder that refuses to run)."""
+    """Outermost on a shared graph none of whose middleware wraps model calls: every model call
+    gets the run's model (the graph was compiled with a placeholder that refuses to run).
+
+    Only then: LangChain wraps each middleware's ``wrap_*`` hook in a LangSmith ``traceable`` that
+    costs thread-pool hops on every call, so the first stand-in that wraps model calls does the
+    same job when there is one."""
 
     @property
     def name(self) -> str:
@@ -139,8 +155,12 @@ class ScopeTemplate:
         return cls(tuple(_shape(m) for m in middleware))
 
     def stand_ins(self, middleware: Sequence[Any]) -> list[AgentMiddleware]:
-        """What the shared graph is compiled with: the entry, then a stand-in per member."""
-        return [ScopeEntry(), *(stand_in(m, i) for i, m in enumerate(middleware))]
+        """What the shared graph is compiled with: a stand-in per member, the outermost model
+        wrapper among them giving each model call the run's model (or, with none, a ScopeEntry
+        first). Members outer of it never see a model request."""
+        first = next((i for i, m in enumerate(middleware) if _wraps_model(type(m))), None)
+        doubles: list[AgentMiddleware] = [stand_in(m, i, entry=i == first) for i, m in enumerate(middleware)]
+        return doubles if first is not None else [ScopeEntry(), *doubles]
 
     def fits(self, middleware: Sequence[Any]) -> bool:
         """Whether a run's middleware list can run on the graph compiled for this template: the
