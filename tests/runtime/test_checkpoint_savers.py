@@ -105,3 +105,30 @@ async def test_listing_by_metadata_matches_langgraphs_listing(
         assert [(h.checkpoint_id, h.metadata) for h in heads] == expected
         assert [h.metadata["step"] for h in heads] == [2, 1, 0] and all(h.checkpoint_ns == "" for h in heads)
         assert isinstance(saver, ListsMetadata) == (backend != "memory")
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_a_checkpoints_blobs_and_a_tasks_writes_read_back_as_written(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Several new blobs with one checkpoint, several writes of one task (PostgreSQL's saver sends
+    each as one statement), a special channel's writes replacing, a re-put keeping the blobs."""
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'keel.db'}"}.get(backend) or request.getfixturevalue("pg_url")
+    async with checkpointer_on(url) as saver:
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        checkpoint: Any = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": ["a", {"b": 1}], "notes": {"k": [1, 2]}, "title": "x", "n": 3}
+        versions = {"messages": "1", "notes": "1", "title": "1", "n": "1"}
+        checkpoint["channel_versions"] = versions
+        metadata: Any = {"source": "loop", "step": 0}
+        stored = await saver.aput(_config(thread), checkpoint, metadata, versions)
+        await saver.aput_writes(stored, [("messages", "m1"), ("notes", {"z": 0}), ("title", "y")], "task-1")
+        await saver.aput_writes(stored, [("__error__", "first")], "task-2")
+        await saver.aput_writes(stored, [("__error__", "second")], "task-2")  # special channels replace
+        await saver.aput(_config(thread), checkpoint, metadata, versions)  # the same blobs again: kept once
+        fetched = await saver.aget_tuple(stored)
+        assert fetched is not None
+        assert fetched.checkpoint["channel_values"] == checkpoint["channel_values"]
+        writes = sorted((task, channel, value) for task, channel, value in fetched.pending_writes or [])
+        assert writes == [("task-1", "messages", "m1"), ("task-1", "notes", {"z": 0}), ("task-1", "title", "y"),
+                          ("task-2", "__error__", "second")]
