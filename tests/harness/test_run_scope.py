@@ -143,3 +143,22 @@ def test_a_stand_in_looks_to_langchain_like_what_it_stands_in_for(tmp_path: Path
     assert isinstance(ScopeTemplate.of(no_model).stand_ins(no_model)[0], ScopeEntry)
     assert template.fits(harness.chain(harness.resolve("lead")).for_agent())
     assert not template.fits(middleware[:-1])
+
+
+def test_a_middleware_with_tools_of_its_own_per_instance_does_not_share_a_graph() -> None:
+    from langchain_core.tools import tool
+
+    class WithTool(AgentMiddleware):
+        def __init__(self) -> None:
+            super().__init__()
+
+            @tool
+            def lookup(key: str) -> str:
+                """Look a key up."""
+                return key
+
+            self.tools = [lookup]
+
+    first, second = WithTool(), WithTool()
+    assert not ScopeTemplate.of([first]).fits([second])  # same tool name, another object
+    assert ScopeTemplate.of([first]).fits([first])

@@ -140,8 +140,10 @@ class ScopeEntry(AgentMiddleware):
 
 
 def _shape(middleware: Any) -> tuple[Any, ...]:
+    # Tools by identity: the shared graph's tool node runs the template's tool objects, so a
+    # middleware that makes tools of its own per instance (state in them) cannot share it.
     return (type(middleware), middleware.name, middleware.state_schema,
-            tuple(t.name for t in getattr(middleware, "tools", [])))
+            tuple(id(t) for t in getattr(middleware, "tools", [])))
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class ScopeTemplate:
 
     def fits(self, middleware: Sequence[Any]) -> bool:
         """Whether a run's middleware list can run on the graph compiled for this template: the
-        same classes, names, state schemas and tools, position by position."""
+        same classes, names, state schemas and tool objects, position by position."""
         return len(middleware) == len(self.shapes) and all(
             _shape(m) == shape for m, shape in zip(middleware, self.shapes, strict=True)
         )
