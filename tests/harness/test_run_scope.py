@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.harness.context import RunContext
-from agentkeel.harness.run_scope import HOOKS, MissingRunScope, ScopeEntry, ScopeTemplate, stand_in
+from agentkeel.harness.run_scope import HOOKS, MissingRunScope, ScopeEntry, ScopeTemplate, stand_in, stand_ins
 
 LS = {"name": "ls", "args": {"path": "/workspace"}}
 
@@ -136,11 +136,11 @@ def test_a_stand_in_looks_to_langchain_like_what_it_stands_in_for(tmp_path: Path
                     getattr(type(member), hook), "__can_jump_to__", None
                 ), (member.name, hook)
     template = ScopeTemplate.of(middleware)
-    doubles = template.stand_ins(middleware)  # the first model wrapper gives the run's model: no entry
+    doubles = stand_ins(middleware)  # the first model wrapper gives the run's model: no entry
     assert [d.name for d in doubles] == [m.name for m in middleware]
     no_model = [m for m in middleware if not any(
         getattr(type(m), h) is not base[h] for h in ("wrap_model_call", "awrap_model_call"))]
-    assert isinstance(ScopeTemplate.of(no_model).stand_ins(no_model)[0], ScopeEntry)
+    assert isinstance(stand_ins(no_model)[0], ScopeEntry)
     assert template.fits(harness.chain(harness.resolve("lead")).for_agent())
     assert not template.fits(middleware[:-1])
 
@@ -162,3 +162,26 @@ def test_a_middleware_with_tools_of_its_own_per_instance_does_not_share_a_graph(
     first, second = WithTool(), WithTool()
     assert not ScopeTemplate.of([first]).fits([second])  # same tool name, another object
     assert ScopeTemplate.of([first]).fits([first])
+
+
+async def test_the_scope_entry_hands_each_model_call_the_runs_model(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from langchain.agents.middleware.types import ModelRequest
+
+    from agentkeel.harness.models import StateOnlyModel
+    from agentkeel.harness.run_scope import RunScope
+
+    run_model = StateOnlyModel()
+    context = RunContext(thread_id="t", run_id="r", workspace_root=tmp_path, run_scope=RunScope(run_model, ()))
+    request = ModelRequest(model=StateOnlyModel(), messages=[], runtime=SimpleNamespace(context=context))  # type: ignore[arg-type]
+    seen: list[Any] = []
+
+    async def handler(sent: ModelRequest) -> str:
+        seen.append(sent.model)
+        return "answered"
+
+    assert await ScopeEntry().awrap_model_call(request, handler) == "answered"
+    assert seen == [run_model] and request.model is not run_model
+    with pytest.raises(MissingRunScope):
+        await ScopeEntry().awrap_model_call(request.override(runtime=SimpleNamespace(context=None)), handler)  # type: ignore[arg-type]

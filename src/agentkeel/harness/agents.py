@@ -27,7 +27,7 @@ from agentkeel.harness.middleware.chain import Chain
 from agentkeel.harness.middleware.llm_error_handling import ModelRef
 from agentkeel.harness.middleware.summarization import SUMMARY_AGENT, Summarization
 from agentkeel.harness.models import ModelLoader, ModelNotAllowed, ModelUnavailable, StateOnlyModel
-from agentkeel.harness.run_scope import RunScope, ScopeTemplate
+from agentkeel.harness.run_scope import RunScope, ScopeTemplate, stand_ins
 from agentkeel.harness.scripted import ScriptedChatModel
 from agentkeel.harness.skills import Skill, load_skills, skills_prompt
 from agentkeel.harness.state import agent_state_schema
@@ -203,7 +203,7 @@ class Harness:
             if _delegates(assistant.tools):  # its description is the configuration's; its executor the run's
                 described_by = self._executor(resolved.model_name, StateOnlyModel(), None, 0)
                 task = [task_tool(described_by, self._config.subagents.max_per_run, per_run=True)]
-            graph = self._compile(resolved, StateOnlyModel(), template.stand_ins(middleware), task)
+            graph = self._compile(resolved, StateOnlyModel(), stand_ins(middleware), task)
             shared = self._shared[key] = (graph, template)
         return shared
 

@@ -12,8 +12,9 @@ LangChain middleware of the chain (same name, same hooks, same state schema, sam
 middleware instances, the executor — are a :class:`RunScope` carried by the run's
 :class:`~agentkeel.harness.context.RunContext` (LangGraph's per-invocation dependency channel), and
 the stand-ins forward every hook call to the run's instance at their position; the outermost model
-wrapper among them (or a :class:`ScopeEntry`) hands every model call the run's model. A run whose chain does not have the shape the
-graph was compiled for (:meth:`ScopeTemplate.fits`) gets a graph of its own, built the old way.
+wrapper among them (or a :class:`ScopeEntry`) hands every model call the run's model. A run whose
+chain does not have the shape the graph was compiled for (:meth:`ScopeTemplate.fits`) gets a
+graph of its own, built the old way.
 """
 
 from __future__ import annotations
@@ -120,6 +121,15 @@ def stand_in(template: Any, index: int, *, entry: bool = False) -> AgentMiddlewa
     return middleware
 
 
+def stand_ins(middleware: Sequence[Any]) -> list[AgentMiddleware]:
+    """What a shared graph is compiled with for ``middleware``: a stand-in per member, the
+    outermost model wrapper among them giving each model call the run's model (or, with none, a
+    :class:`ScopeEntry` first). Members outer of it never see a model request."""
+    first = next((i for i, m in enumerate(middleware) if _wraps_model(type(m))), None)
+    doubles: list[AgentMiddleware] = [stand_in(m, i, entry=i == first) for i, m in enumerate(middleware)]
+    return doubles if first is not None else [ScopeEntry(), *doubles]
+
+
 class ScopeEntry(AgentMiddleware):
     """Outermost on a shared graph none of whose middleware wraps model calls: every model call
     gets the run's model (the graph was compiled with a placeholder that refuses to run).
@@ -156,14 +166,6 @@ class ScopeTemplate:
     def of(cls, middleware: Sequence[Any]) -> ScopeTemplate:
         return cls(tuple(_shape(m) for m in middleware))
 
-    def stand_ins(self, middleware: Sequence[Any]) -> list[AgentMiddleware]:
-        """What the shared graph is compiled with: a stand-in per member, the outermost model
-        wrapper among them giving each model call the run's model (or, with none, a ScopeEntry
-        first). Members outer of it never see a model request."""
-        first = next((i for i, m in enumerate(middleware) if _wraps_model(type(m))), None)
-        doubles: list[AgentMiddleware] = [stand_in(m, i, entry=i == first) for i, m in enumerate(middleware)]
-        return doubles if first is not None else [ScopeEntry(), *doubles]
-
     def fits(self, middleware: Sequence[Any]) -> bool:
         """Whether a run's middleware list can run on the graph compiled for this template: the
         same classes, names, state schemas and tool objects, position by position."""
@@ -172,4 +174,4 @@ class ScopeTemplate:
         )
 
 
-__all__ = ["MissingRunScope", "RunScope", "ScopeEntry", "ScopeTemplate", "scope_of", "stand_in"]
+__all__ = ["MissingRunScope", "RunScope", "ScopeEntry", "ScopeTemplate", "scope_of", "stand_in", "stand_ins"]
