@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.pregel import Pregel
 
-from agentkeel.config import KeelConfig
+from agentkeel.config import AssistantConfig, KeelConfig
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_reference, materialize_graph
 from agentkeel.harness.middleware.catalog import build_agent_chain
@@ -181,7 +181,7 @@ class Harness:
         log.debug("assistant %r: this run's middleware differs from the shared graph's; building its own",
                   resolved.assistant_id)
         task = [task_tool(executor, self._config.subagents.max_per_run)] if executor is not None else []
-        return AgentBuild(self._compile(resolved, model, list(middleware), task))
+        return AgentBuild(self._compile(resolved.assistant_id, assistant, model, list(middleware), task))
 
     async def state_graph(self, resolved: ResolvedAssistant, config: RunnableConfig) -> Pregel:
         """A graph to read a thread's state and history with, never to run: an agent's shared
@@ -203,14 +203,12 @@ class Harness:
             if _delegates(assistant.tools):  # its description is the configuration's; its executor the run's
                 described_by = self._executor(resolved.model_name, StateOnlyModel(), None, 0)
                 task = [task_tool(described_by, self._config.subagents.max_per_run, per_run=True)]
-            graph = self._compile(resolved, StateOnlyModel(), stand_ins(middleware), task)
+            graph = self._compile(resolved.assistant_id, assistant, StateOnlyModel(), stand_ins(middleware), task)
             shared = self._shared[key] = (graph, template)
         return shared
 
-    def _compile(self, resolved: ResolvedAssistant, model: BaseChatModel, middleware: list[Any],
-                 task: list[BaseTool]) -> Pregel:
-        assistant = self._config.assistant(resolved.assistant_id)
-        assert assistant is not None
+    def _compile(self, assistant_id: str, assistant: AssistantConfig, model: BaseChatModel,
+                 middleware: list[Any], task: list[BaseTool]) -> Pregel:
         tools = [*build_tools(bash_enabled=self._config.tools.bash, names=_without_task(assistant.tools)), *task]
         return create_agent(
             model,
@@ -219,7 +217,7 @@ class Harness:
             middleware=middleware,
             state_schema=agent_state_schema(self._mode),
             context_schema=RunContext,
-            name=resolved.assistant_id,
+            name=assistant_id,
         )
 
     def _prompt(self, prompt: str, tools: list[Any]) -> str:

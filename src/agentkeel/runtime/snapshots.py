@@ -148,13 +148,13 @@ async def acapture_snapshot(
 ) -> WorkspaceSnapshot:
     """``capture_snapshot`` off the event loop (the walk and the hashing block).
 
-    A workspace that does not exist yet or is empty (every new thread's) is answered here: one
-    ``scandir``, where the hop to a worker thread and back behind every other ready task cost a
+    A workspace that does not exist yet or is empty (every new thread's) is walked here, on the
+    loop: one ``scandir``, where the hop to a worker thread and back behind every other ready task cost a
     new run's start several milliseconds under load. Cancelled, it still gives back what the walk
     reserved: a thread cannot be stopped, so the walk finishes on its own and its snapshot's
     ``content_bytes`` are released then, not leaked."""
     if _empty(root):
-        return WorkspaceSnapshot({}, frozenset(), 0)
+        return capture_snapshot(root, max_file_bytes, max_total_bytes, reserve, release)
     capture = asyncio.ensure_future(
         asyncio.to_thread(capture_snapshot, root, max_file_bytes, max_total_bytes, reserve, release)
     )

@@ -1,9 +1,10 @@
 """The ``task`` tool: how an agent hands a self-contained subtask to a subagent.
 
-A child's is built with the child, bound to its :class:`~agentkeel.harness.subagents.executor.SubagentExecutor`;
-a lead's is built once with the assistant's shared graph and takes the run's executor from the run's
-scope (``harness/run_scope.py``). It lists the types the agent may start in its description, and returns the child's outcome as a
-``ToolMessage`` whose ``artifact`` holds the outcome as data (``agentkeel_subagent``). It is not
+A child's is built with the child, bound to its
+:class:`~agentkeel.harness.subagents.executor.SubagentExecutor`; a lead's is built once with the
+assistant's shared graph and takes the run's executor from the run's scope
+(``harness/run_scope.py``). It lists the types the agent may start in its description, and returns
+the child's outcome as a ``ToolMessage`` whose ``artifact`` holds the outcome as data (``agentkeel_subagent``). It is not
 idempotent: a recovered run never repeats a delegation blindly (the child may have written files).
 """
 

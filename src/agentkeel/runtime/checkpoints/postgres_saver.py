@@ -5,8 +5,8 @@ a *single* connection never has two cursors on it at once. On a pool that lock i
 each call checks out a connection of its own -- but it is still taken, so every run of the process
 waits for every other run's checkpoint writes and reads, one at a time: under ten concurrent runs
 PostgreSQL came out 1.5x slower than SQLite (``benchmarks/stores.py``). This saver takes a pool
-connection per call and nothing else; the row shape (binary, dict rows) is the parent's. A run's own checkpoints stay in order: LangGraph
-chains each put after the previous one.
+connection per call and nothing else; the row shape (binary, dict rows) is the parent's. A run's
+own checkpoints stay in order: LangGraph chains each put after the previous one.
 
 Why the writes serialise on the loop: the parent hands every ``aput``'s blobs and every
 ``aput_writes``' values to a worker thread (``asyncio.to_thread``) and waits to be woken. A step
