@@ -34,7 +34,8 @@ async def test_create_on_unknown_thread_is_404_unless_if_not_exists_create(clien
     assert created.status_code == 200
     run = created.json()
     assert created.headers["content-location"] == f"/threads/nope/runs/{run['run_id']}"
-    assert run["thread_id"] == "nope" and run["status"] == "pending"
+    assert run["thread_id"] == "nope"
+    assert run["status"] == "running"  # startable, so claimed by its own admission: the stored truth
     assert run["multitask_strategy"] == "enqueue"  # the LangGraph server's default
     await run_status(runtime, run["run_id"], "success")
 

@@ -11,6 +11,7 @@ from test_store_conformance import DONE, Stores, empty_stores, run, stores, tid 
 
 from agentkeel.runtime.records import (
     Completion,
+    ConflictError,
     ControlPending,
     FencedOut,
     MultitaskStrategy,
@@ -18,7 +19,7 @@ from agentkeel.runtime.records import (
     empty_usage,
     new_run_id,
 )
-from agentkeel.runtime.stores.base import JournalEvent, Lease
+from agentkeel.runtime.stores.base import JournalEvent, Lease, StartClaim
 
 CANCEL = {"action": "interrupt", "code": "cancelled", "source": "gateway", "detail": "by request"}
 INTERRUPTED = Completion(RunStatus.interrupted, [{"code": "cancelled"}], empty_usage(), None, True)
@@ -58,6 +59,47 @@ async def test_claim_next_is_fifo_per_thread_and_one_running(empty_stores: Store
     await run_store.finish(a.run_id, 1, DONE)
     third = await run_store.claim_next("w3", lease(), datetime.now(UTC))
     assert third is not None and third.run_id == b.run_id
+
+
+async def test_an_admission_with_a_claim_starts_a_startable_run_as_claim_next_would(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    expires = lease()
+    admitted = await run_store.admit(run(tid), StartClaim("w1", expires))
+    record = admitted.record
+    assert admitted.active_before == []
+    assert record.status is RunStatus.running and record.attempt == 1 and record.owner == "w1"
+    assert record.lease_expires_at == expires and record.started_at is not None
+    assert await run_store.get(record.run_id) == record  # stored as returned
+    thread = await run_store.get_thread(tid)
+    assert thread is not None and thread.status == "busy"  # busy from the admission, like a claim
+    # It is nobody else's to claim, and it holds its thread: the next run queues behind it.
+    queued = (await run_store.admit(run(tid, MultitaskStrategy.enqueue), StartClaim("w1", lease()))).record
+    assert queued.status is RunStatus.pending and queued.owner is None and queued.lease_expires_at is None
+    with pytest.raises(ConflictError):  # reject, with a claim or not, writes nothing
+        await run_store.admit(run(tid), StartClaim("w1", lease()))
+    await run_store.finish(record.run_id, 1, DONE)
+    assert await claim_mine(stores, tid) == queued.run_id  # FIFO: the queued run is next
+
+
+async def test_an_admission_with_a_claim_leaves_a_delayed_run_pending(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    later = datetime.now(UTC) + timedelta(hours=1)
+    record = (await run_store.admit(run(tid, not_before=later), StartClaim("w1", lease()))).record
+    assert record.status is RunStatus.pending and record.owner is None and record.started_at is None
+    thread = await run_store.get_thread(tid)
+    assert thread is not None and thread.status == "idle"
+
+
+async def test_admissions_with_claims_racing_on_one_thread_start_one_run(empty_stores: Stores) -> None:
+    """Each admission decides under the thread's lock: exactly one of them finds the thread free."""
+    run_store, _ = empty_stores
+    results = await asyncio.gather(*(
+        run_store.admit(run("t1", MultitaskStrategy.enqueue), StartClaim(f"w{i}", lease())) for i in range(6)
+    ))
+    assert sorted(r.record.status.value for r in results) == ["pending"] * 5 + ["running"]
+    active = await run_store.active_runs("t1")
+    assert active[0].status is RunStatus.running  # the head of the queue is the one that runs
+    assert [r.status for r in active[1:]] == [RunStatus.pending] * 5
 
 
 async def test_concurrent_claimers_get_each_run_once(empty_stores: Stores) -> None:

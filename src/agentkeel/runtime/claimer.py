@@ -24,7 +24,8 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from agentkeel.config import Limits
@@ -35,9 +36,18 @@ from agentkeel.runtime.notify import CONTROL, WAKE, Notifier
 from agentkeel.runtime.records import Completion, FencedOut, RunRecord, RunStatus, empty_usage, utcnow
 from agentkeel.runtime.recovery import Recovery
 from agentkeel.runtime.requests import prepare_run, request_from_record
+from agentkeel.runtime.stores.base import StartClaim
 from agentkeel.runtime.worker import WorkerDeps, execute_run
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdmissionClaim(StartClaim):
+    """A ``StartClaim`` offered by this worker to an admission; ``sent``: when it was made (the
+    lease keeper counts the lease from it)."""
+
+    sent: float = 0.0
 
 ERROR_BACKOFF_S = (0.2, 5.0)
 
@@ -70,6 +80,7 @@ class Claimer:
         self._context = contextvars.copy_context()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._reserved = 0  # places held by admissions that may claim their run (``admission_claim``)
         self.recovery = Recovery(
             deps.store, deps.journal_store, deps.bridge, deps.owner, keeper.expiry,
             limits.stream_retention, policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
@@ -114,7 +125,7 @@ class Claimer:
         while self._claiming:
             self._wake.clear()
             try:
-                while self._claiming and len(self._runs) < self._limits.worker_max_runs:
+                while self._claiming and len(self._runs) + self._reserved < self._limits.worker_max_runs:
                     if not await self._claim_one():
                         break
                 timeout = await self._sleep_for()
@@ -155,34 +166,35 @@ class Claimer:
         self._launch(record, sent)
         return True
 
-    async def claim_admitted(self, run_id: str, release_start: Callable[[], None]) -> bool:
-        """Claim and launch ``run_id``, just admitted by this process, from the admission itself;
-        False (the run stays for the claim loop, which the caller wakes) when there is no capacity,
-        the run is not startable or taken, or the claim failed.
+    @contextlib.contextmanager
+    def admission_claim(self) -> Iterator[AdmissionClaim | None]:
+        """A claim for an admission made by this process (``RunStore.admit``), holding a place
+        within ``limits.worker_max_runs`` until the block ends; None when this worker takes
+        nothing now (no capacity, or shutting down), and the run is then left pending for the
+        claim loop.
 
-        Why not leave it to the loop: under load the loop's task gets its turn only after every
-        other ready task has had one, so a new run's start would wait behind the steps of every
-        run already executing. The claim is the same ``claim_next`` (limited to this run), so it
-        keeps its thread's FIFO and exactly-one-owner guarantees. ``release_start``: the
-        admission's hold on the start gate, which the launched run takes over (untouched when
-        False is returned).
+        Why claim at admission instead of leaving it to the loop: under load the loop's task gets
+        its turn only after every other ready task has had one, so a new run's start would wait
+        behind the steps of every run already executing; and the claim rides in the admission's
+        transaction instead of a second one. The store claims only a run that ``claim_next``
+        would hand out (nothing active on its thread, no delay), so its thread's FIFO and
+        exactly-one-owner guarantees hold. A run the admission stored as running must be handed
+        to ``launch`` inside the block.
         """
-        if not self._claiming or len(self._runs) >= self._limits.worker_max_runs:
-            return False
-        if self._only is not None and run_id not in self._only:
-            return False
-        sent = time.monotonic()
+        if not self._claiming or len(self._runs) + self._reserved >= self._limits.worker_max_runs:
+            yield None
+            return
+        self._reserved += 1
+        sent = time.monotonic()  # before the expiry it stands for: the lease is counted from here
         try:
-            record = await self._deps.store.claim_next(self._deps.owner, self._keeper.expiry(), utcnow(), run_ids=[run_id])
-        except Exception as exc:  # the admission stands; the loop retries the claim
-            log.warning("claiming run %s at admission failed, leaving it to the claim loop: %r", run_id, exc)
-            return False
-        if record is None:
-            return False
-        if self._only is not None:
-            self._only.discard(run_id)
-        self._launch(record, sent, release_start=release_start)
-        return True
+            yield AdmissionClaim(self._deps.owner, self._keeper.expiry(), sent=sent)
+        finally:
+            self._reserved -= 1
+
+    def launch(self, record: RunRecord, claim: AdmissionClaim, release_start: Callable[[], None]) -> None:
+        """Execute a run its admission claimed (``admission_claim``). ``release_start``: the
+        admission's hold on the start gate, which the run takes over."""
+        self._launch(record, claim.sent, release_start=release_start)
 
     # -- executing ---------------------------------------------------------------------------
     def _launch(
@@ -259,4 +271,4 @@ class Claimer:
         return assistant.on_worker_lost if assistant is not None else "fail"
 
 
-__all__ = ["Claimer"]
+__all__ = ["AdmissionClaim", "Claimer"]

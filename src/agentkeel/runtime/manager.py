@@ -38,7 +38,7 @@ from agentkeel.harness.agents import Harness
 from agentkeel.harness.stop_reasons import StopReason
 from agentkeel.harness.tool_replay import ToolReplay
 from agentkeel.runtime.active import AbortRequest, ActiveRun, CancelAction
-from agentkeel.runtime.claimer import Claimer
+from agentkeel.runtime.claimer import AdmissionClaim, Claimer
 from agentkeel.runtime.leases import LeaseKeeper, apply_control
 from agentkeel.runtime.notify import CONTROL, WAKE, Notifier
 from agentkeel.runtime.records import (
@@ -174,9 +174,16 @@ class RunManager:
             updated_at=now,
             not_before=now + timedelta(seconds=request.after_seconds) if request.after_seconds else None,
         )
-        result = await self._deps.store.admit(record)
-        if self._own is not None:
-            self._own.add(record.run_id)
+        with self._admission_claim() as claim:
+            result = await self._deps.store.admit(record, claim)
+            if result.record.status is RunStatus.running:
+                # Claimed by its admission (it could start at once): started here and now, so its
+                # start does not wait for the claim loop's next turn behind every other run's work.
+                assert self.claimer is not None and claim is not None
+                self.claimer.launch(result.record, claim, start.release)
+                start.handed_over = True
+            elif self._own is not None:
+                self._own.add(record.run_id)
         strategy = request.multitask_strategy
         if strategy in (MultitaskStrategy.interrupt, MultitaskStrategy.rollback):
             action: CancelAction = "rollback" if strategy == MultitaskStrategy.rollback else "interrupt"
@@ -191,15 +198,14 @@ class RunManager:
                         refused_code="interrupted_by_new_run",
                     ),
                 )
-        # Started here and now when it can start at all, so its start does not wait for the claim
-        # loop's next turn behind every other run's work; anything else goes to the workers.
-        startable = not result.active_before and record.not_before is None
-        if startable and self.claimer is not None and await self.claimer.claim_admitted(record.run_id, start.release):
-            start.handed_over = True
-        else:
+        if not start.handed_over:  # pending: for whichever worker can claim it
             await self._wake_workers()
         await self._deps.bridge.announce(record.thread_id)  # wakes the thread's join streams
         return result.record
+
+    def _admission_claim(self) -> contextlib.AbstractContextManager[AdmissionClaim | None]:
+        """This process's worker's claim for an admission, if it has a worker."""
+        return self.claimer.admission_claim() if self.claimer is not None else contextlib.nullcontext()
 
     async def _check_checkpoint(self, prepared: PreparedRun) -> None:
         """A fork from a checkpoint that does not exist is refused before admission."""

@@ -30,6 +30,15 @@ class AdmitResult:
     active_before: list[RunRecord] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StartClaim:
+    """A claim offered with an admission: the run starts at once under ``owner``'s lease when it
+    is startable as it is admitted (``RunStore.admit``)."""
+
+    owner: str
+    lease_expires_at: datetime
+
+
 class Lease(NamedTuple):
     """One lease to renew: the run, the attempt that holds it, the last stream id it published."""
 
@@ -77,11 +86,19 @@ class RunStore(ABC):
 
     # -- admission -------------------------------------------------------------------------
     @abstractmethod
-    async def admit(self, record: RunRecord) -> AdmitResult:
+    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
         """Insert ``record`` (status pending) and upsert its thread, atomically.
 
         With strategy ``reject`` raises ``ConflictError`` if the thread has an active run, and
         writes nothing. Other strategies always insert and report the runs that were active.
+
+        ``claim``: when the run is startable as it is admitted (its thread has no active run and
+        it has no ``not_before``), it is stored already claimed -- running, attempt 1, owned by
+        ``claim.owner`` under ``claim.lease_expires_at``, its thread ``busy`` -- exactly what
+        ``claim_next`` would make of it, in the admission's own transaction. Why: a run admitted
+        by a process that executes it starts without a second transaction (on PostgreSQL, five
+        more round trips before its first event). Otherwise the run stays pending and ``claim``
+        is ignored; the returned record's status says which happened.
         """
 
     # -- fenced writes after admission -------------------------------------------------------

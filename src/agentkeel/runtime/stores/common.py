@@ -6,6 +6,7 @@ The stores differ in *how* a check and its write are made atomic (an asyncio loc
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any, overload
 
@@ -19,6 +20,7 @@ from agentkeel.runtime.records import (
     RunRecord,
     RunStatus,
 )
+from agentkeel.runtime.stores.base import StartClaim
 
 THREAD_STATUSES = frozenset({"idle", "busy", "interrupted", "error"})
 ACTIVE_VALUES = tuple(sorted(s.value for s in ACTIVE_STATUSES))
@@ -34,6 +36,18 @@ def check_admissible(record: RunRecord, active: list[RunRecord]) -> None:
     if record.multitask_strategy is MultitaskStrategy.reject and active:
         ids = ", ".join(r.run_id for r in active)
         raise ConflictError(f"thread {record.thread_id} already has an active run ({ids})")
+
+
+def admitted_record(record: RunRecord, active: list[RunRecord], claim: StartClaim | None, now: datetime) -> RunRecord:
+    """What an admission stores: ``record`` itself, or -- when a ``claim`` is offered and the run
+    can start as it is admitted (nothing active on its thread, no delay) -- the run claimed by it,
+    as ``claim_next`` would leave it (``RunStore.admit``)."""
+    if claim is None or active or record.not_before is not None:
+        return record
+    return dataclasses.replace(
+        record, status=RunStatus.running, owner=claim.owner, lease_expires_at=as_utc(claim.lease_expires_at),
+        started_at=now, updated_at=now,
+    )
 
 
 def require_terminal(status: RunStatus) -> None:

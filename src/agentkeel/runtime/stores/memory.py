@@ -26,8 +26,9 @@ from agentkeel.runtime.records import (
     ThreadRecord,
     utcnow,
 )
-from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, JournalStore, Lease, RunStore
+from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, JournalStore, Lease, RunStore, StartClaim
 from agentkeel.runtime.stores.common import (
+    admitted_record,
     as_utc,
     check_admissible,
     control_pending,
@@ -145,15 +146,18 @@ class MemoryRunStore(RunStore):
         return thread
 
     # -- admission ---------------------------------------------------------------------------
-    async def admit(self, record: RunRecord) -> AdmitResult:
+    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
         async with self._lock:
             active = self._active(record.thread_id)
             check_admissible(record, active)
             if record.run_id in self._runs:
                 raise ValueError(f"run {record.run_id} already exists")
-            stored = _copy_run(record)  # before touching anything: it validates the JSON
+            now = utcnow()
+            stored = _copy_run(admitted_record(record, active, claim, now))  # before touching anything: it validates the JSON
             seqs = [self._queue_seq[r.run_id] for r in self._thread_runs(record.thread_id)]
-            self._touch_thread(record.thread_id, utcnow())
+            thread = self._touch_thread(record.thread_id, now)
+            if stored.status is RunStatus.running:
+                thread.status = "busy"
             self._runs[record.run_id] = stored
             self._queue_seq[record.run_id] = max(seqs, default=0) + 1
             return AdmitResult(_copy_run(stored), [_copy_run(r) for r in active])

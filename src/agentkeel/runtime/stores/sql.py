@@ -27,9 +27,10 @@ from agentkeel.runtime.records import (
     ThreadRecord,
     utcnow,
 )
-from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, Lease, RunStore
+from agentkeel.runtime.stores.base import AdmitResult, JournalEvent, Lease, RunStore, StartClaim
 from agentkeel.runtime.stores.common import (
     ACTIVE_VALUES,
+    admitted_record,
     as_utc,
     check_admissible,
     control_pending,
@@ -46,11 +47,9 @@ from agentkeel.runtime.stores.sql_statements import (
     CLAIM_AMONG,
     CLAIM_ANY,
     INSERT_RUN,
-    NEXT_QUEUE_SEQ,
     RUN,
     RUN_COLUMNS,
     THREAD,
-    THREAD_LOCKED,
     UPDATE_THREAD,
     UPDATE_THREAD_RETURNING,
     UPDATE_THREAD_UNLESS_RUNNING,
@@ -137,21 +136,22 @@ class SqlRunStore(SqlBacked, RunStore):
     def __init__(self, db: SqlDatabase) -> None:
         super().__init__(db)
         self._create_thread = db.insert_ignoring(threads, "thread_id").returning(threads)
+        self._touch_thread = db.insert_touching(threads, ("thread_id",), ("updated_at",))
 
     async def _lock_thread(
         self, conn: AsyncConnection, thread_id: str, now: datetime
     ) -> RowMapping:
-        """Create the thread if missing and hold its row until the transaction ends.
+        """Create the thread if missing, touch its ``updated_at``, and hold its row until the
+        transaction ends: one statement.
 
-        This is what serialises admissions of one thread across processes on PostgreSQL; on
-        SQLite ``BEGIN IMMEDIATE`` already did, and ``FOR UPDATE`` compiles to nothing.
+        This is what serialises admissions of one thread across processes on PostgreSQL (the
+        conflict's update locks the row); on SQLite ``BEGIN IMMEDIATE`` already did.
         """
-        await conn.execute(
-            self._db.insert_ignoring(threads, "thread_id"),
+        row = await _one(
+            conn, self._touch_thread,
             {"thread_id": thread_id, "status": "idle", "metadata": {}, "created_at": now, "updated_at": now},
         )
-        row = await _one(conn, THREAD_LOCKED, {"thread_id": thread_id})
-        assert row is not None  # inserted or already present, and locked: it cannot vanish
+        assert row is not None  # inserted or updated, and returned
         return row
 
     async def _fenced(self, run_id: str, attempt: int | None, statement: Update) -> RunRecord:
@@ -167,23 +167,24 @@ class SqlRunStore(SqlBacked, RunStore):
         return await self._db.transaction(work)
 
     # -- admission ---------------------------------------------------------------------------
-    async def admit(self, record: RunRecord) -> AdmitResult:
+    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
         async def work(conn: AsyncConnection) -> AdmitResult:
             now = utcnow()
             await self._lock_thread(conn, record.thread_id, now)
             thread = {"thread_id": record.thread_id}
             active = [_to_run(r) for r in (await conn.execute(ACTIVE, thread)).mappings()]
             check_admissible(record, active)
-            queue_seq = await conn.scalar(NEXT_QUEUE_SEQ, thread)
-            try:
-                row = await _one(conn, INSERT_RUN, {**_run_values(record), "queue_seq": queue_seq})
+            stored = admitted_record(record, active, claim, now)
+            try:  # its place in the thread's queue is taken by the INSERT itself (INSERT_RUN)
+                row = await _one(conn, INSERT_RUN, {**_run_values(stored), "b_thread_id": record.thread_id})
             except IntegrityError as exc:
                 # The thread is locked, so queue_seq is free: only the primary key can clash.
                 if is_unique_violation(exc):
                     raise ValueError(f"run {record.run_id} already exists") from exc
                 raise
             assert row is not None
-            await conn.execute(UPDATE_THREAD, {"b_thread_id": record.thread_id, "updated_at": now})
+            if stored.status is RunStatus.running:  # claimed as admitted: the thread is busy from here
+                await conn.execute(UPDATE_THREAD, {"b_thread_id": record.thread_id, "status": "busy", "updated_at": now})
             return AdmitResult(_to_run(row), active)
 
         return await self._db.transaction(work)

@@ -185,6 +185,17 @@ class SqlDatabase:
             statement = self._inserts[(table.name, keys)] = insert(table).on_conflict_do_nothing(index_elements=list(keys))
         return statement
 
+    def insert_touching(self, table: Table, keys: tuple[str, ...], touched: tuple[str, ...]) -> Insert:
+        """``INSERT ... ON CONFLICT (keys) DO UPDATE SET`` each of ``touched`` to the inserted
+        value, ``RETURNING`` the row: in one statement the row exists, is locked until the
+        transaction ends (the conflict's update takes the row lock on PostgreSQL; SQLite's
+        ``BEGIN IMMEDIATE`` already serialises writers) and is read back."""
+        insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        statement = insert(table)
+        return statement.on_conflict_do_update(
+            index_elements=list(keys), set_={name: statement.excluded[name] for name in touched}
+        ).returning(table)
+
 
 class SqlBacked:
     """What every SQL store shares: the database it runs on and its migrations. ``close()`` stays

@@ -55,17 +55,19 @@ CLAIM = (
     .returning(*RUN_COLUMNS)
 )
 THREAD = select(threads).where(threads.c.thread_id == bindparam("thread_id"))
-THREAD_LOCKED = THREAD.with_for_update()
 RUN = select(*RUN_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
 ACTIVE = (
     select(*RUN_COLUMNS)
     .where(runs.c.thread_id == bindparam("thread_id"), runs.c.status.in_(ACTIVE_VALUES))
     .order_by(runs.c.queue_seq)
 )
-NEXT_QUEUE_SEQ = select(func.coalesce(func.max(runs.c.queue_seq), 0) + 1).where(
-    runs.c.thread_id == bindparam("thread_id")
-)
-INSERT_RUN = insert(runs).returning(*RUN_COLUMNS)
+# A new run is the last of its thread's queue: its ``queue_seq`` is taken in the INSERT itself
+# (``b_thread_id``, the run's thread), under the admission's lock on the thread.
+INSERT_RUN = insert(runs).values(
+    queue_seq=select(func.coalesce(func.max(runs.c.queue_seq), 0) + 1)
+    .where(runs.c.thread_id == bindparam("b_thread_id"))
+    .scalar_subquery()
+).returning(*RUN_COLUMNS)
 UPDATE_THREAD = update(threads).where(threads.c.thread_id == bindparam("b_thread_id"))
 UPDATE_THREAD_RETURNING = UPDATE_THREAD.returning(threads)
 UPDATE_THREAD_UNLESS_RUNNING = UPDATE_THREAD.where(~exists().where(
@@ -86,6 +88,6 @@ def finish(statuses: tuple[str, ...], unless_control: bool) -> Update:
 
 
 __all__ = [
-    "ACTIVE", "CLAIM", "CLAIM_AMONG", "CLAIM_ANY", "INSERT_RUN", "NEXT_QUEUE_SEQ", "RUN", "RUN_COLUMNS",
-    "THREAD", "THREAD_LOCKED", "UPDATE_THREAD", "UPDATE_THREAD_RETURNING", "UPDATE_THREAD_UNLESS_RUNNING", "finish",
+    "ACTIVE", "CLAIM", "CLAIM_AMONG", "CLAIM_ANY", "INSERT_RUN", "RUN", "RUN_COLUMNS",
+    "THREAD", "UPDATE_THREAD", "UPDATE_THREAD_RETURNING", "UPDATE_THREAD_UNLESS_RUNNING", "finish",
 ]
