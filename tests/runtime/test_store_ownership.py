@@ -217,3 +217,22 @@ async def test_the_end_is_journaled_with_the_completion_or_not_at_all(stores: St
     assert await journal.list(run_id) == []
     await run_store.finish(run_id, 2, DONE, end)
     assert [(e.seq, e.kind) for e in await journal.list(run_id)] == [(9, "run.end")]
+
+
+async def test_the_thread_settles_with_the_completion_or_not_at_all(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    run_id = (await run_store.admit(run(tid), StartClaim("w1", lease()))).record.run_id
+    assert (await run_store.get_thread(tid)).status == "busy"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="thread status"):  # refused before anything is written
+        await run_store.finish(run_id, 1, DONE, thread_status="asleep")
+    await run_store.claim(run_id, "w2", lease(), attempt=1)
+    with pytest.raises(FencedOut):
+        await run_store.finish(run_id, 1, DONE, thread_status="idle")  # the lost attempt settles nothing
+    assert (await run_store.get(run_id)).status is RunStatus.running  # type: ignore[union-attr]
+    assert (await run_store.get_thread(tid)).status == "busy"  # type: ignore[union-attr]
+    await run_store.finish(run_id, 2, DONE, thread_status="interrupted")
+    assert (await run_store.get_thread(tid)).status == "interrupted"  # type: ignore[union-attr]
+    # Without one, the thread is left as it is.
+    other = (await run_store.admit(run(tid), StartClaim("w1", lease()))).record.run_id
+    await run_store.finish(other, 1, DONE)
+    assert (await run_store.get_thread(tid)).status == "busy"  # type: ignore[union-attr]

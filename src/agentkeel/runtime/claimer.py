@@ -239,10 +239,9 @@ class Claimer:
         try:
             await self._deps.store.finish(record.run_id, record.attempt, Completion(
                 RunStatus.error, [], empty_usage(), error, acknowledges_control=True,
-            ))
+            ), thread_status="error")
         except FencedOut:
             return
-        await self._deps.store.set_thread_status(record.thread_id, "error", unless_running=True)
         await self._deps.bridge.publish_end(record.run_id)  # a backend fault only degrades it
         await self._freed(record.thread_id)
 

@@ -217,11 +217,10 @@ class Recovery:
         end = journal.unbuffered("run.end", {"status": status.value, "error": error, "usage": usage.as_dict(),
                                              "recovered": True, "attempt": claimed.attempt,
                                              "stream_seq": self._bridge.last_seq(claimed.run_id)}, caller="worker")
-        finished = await self._store.finish(claimed.run_id, claimed.attempt, completion, end)
-        await journal.close()
-        await self._store.set_thread_status(
-            finished.thread_id, AFTER_RUN.get(finished.status, "idle"), unless_running=True
+        finished = await self._store.finish(
+            claimed.run_id, claimed.attempt, completion, end, AFTER_RUN.get(status, "idle"),
         )
+        await journal.close()
         # After the durable record: an observer that misses END ends from the record.
         await self._bridge.publish_end(claimed.run_id)
         await self._on_freed(finished.thread_id)

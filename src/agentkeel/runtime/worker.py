@@ -13,9 +13,9 @@ the contract (and ``tests/runtime/test_runtime_*.py`` check it):
 6. graph streamed, every chunk published;
 7. ``finally``: processes killed, journal flushed, workspace changes recorded, (rollback applied),
    the delegations the run left open closed in its thread's state,
-   usage and stop reasons persisted in one fenced write (retried until it lands or the lease is
-   lost), thread status updated, completion hooks run — and the END marker published last, only
-   once the terminal record is durable.
+   usage and stop reasons persisted in one fenced write with the run's ``run.end`` and its thread's
+   status (retried until it lands or the lease is lost), completion hooks run — and the END marker
+   published last, only once the terminal record is durable.
 
 Finalization is shielded: a second cancel (shutdown) cannot cut it short, so a run never ends
 without its terminal status and END — unless its lease is lost, when it writes nothing at all and
@@ -33,7 +33,6 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.store.base import BaseStore
-from langgraph.types import StateSnapshot
 
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import TURNS_DONE_KEY, Harness
@@ -344,13 +343,15 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         )
     if state.cancelled:
         await _record_cancellation(active, state, rolled_back)
-    final: StateSnapshot | None = None  # the thread after the run: read once, for both steps below
+    head = "idle"  # what the thread's state says once the run ends (its status, if it succeeded)
     if state.started and state.accessor is not None and not rolled_back:
         final = await _step("read final state", active, state.accessor.aget(record.thread_id), bound)
         if await _step("close delegations", active, close_run_delegations(
                 state.accessor, record.thread_id, final, run_id, state.status, state.delegation_outcomes), bound):
-            final = None  # the closing edit made a new head: read it again for the status
-    finished = await _persist(deps, active, state, rolled_back)
+            # the closing edit made a new head: read it again for the status
+            final = await _step("read final state", active, state.accessor.aget(record.thread_id), bound)
+        head = settled_status(final)
+    finished = await _persist(deps, active, state, rolled_back, None if rolled_back else head)
     if finished is None:  # fenced out or the lease was lost: the record belongs to someone else
         if journal is not None:
             journal.fence()
@@ -360,8 +361,6 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         await _step("delete rolled-back run", active, deps.store.delete_run(run_id), bound)
         await _step("thread status", active, deps.store.set_thread_status(
             record.thread_id, "idle", unless_running=True), bound)
-    else:
-        await _step("thread status", active, _update_thread(deps, state, finished, final), bound)
     for hook in deps.completion_hooks:
         await _step(f"completion hook {getattr(hook, '__name__', hook)}", active, hook(finished), bound)
     # Last, and only once the terminal record is durable: END means "done, read the record".
@@ -369,9 +368,13 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
 
 
 async def _persist(
-    deps: WorkerDeps, active: ActiveRun, state: _RunState, rolled_back: bool
+    deps: WorkerDeps, active: ActiveRun, state: _RunState, rolled_back: bool, head: str | None,
 ) -> RunRecord | None:
     """Write the completion, retrying until it lands or the lease is lost.
+
+    ``head``: the thread's status by its state after the run (``settled_status``); the thread
+    settles in it, or in what the run's end implies (``AFTER_RUN``), in the completion's own
+    transaction. None: the thread is left as it is (a rollback settles it after deleting the run).
 
     The journal's ``run.end`` is stored in the completion's own transaction: an attempt that dies
     or loses its lease before the completion lands leaves no end (its recovery's is the only
@@ -405,7 +408,9 @@ async def _persist(
             end_seq = end.seq
         try:
             async with asyncio.timeout(bound):
-                finished = await deps.store.finish(record.run_id, record.attempt, completion, end)
+                finished = await deps.store.finish(
+                    record.run_id, record.attempt, completion, end, _settles_in(state.status, head),
+                )
         except ControlPending as exc:
             if journal is not None and end_seq is not None:  # the seq reserved for the refused end
                 journal.record("run.status", {"status": state.status.value, "refused": True,
@@ -520,15 +525,12 @@ def _intervention(state: _RunState, action: str, detail: str) -> None:
         state.journal.record("intervention", {"middleware": "worker", "action": action, "detail": detail}, caller="worker")
 
 
-async def _update_thread(
-    deps: WorkerDeps, state: _RunState, record: RunRecord, final: StateSnapshot | None,
-) -> None:
-    """``final``: the thread's state after the run if already read, else None (read here)."""
-    status = AFTER_RUN.get(record.status, "idle")
-    if record.status == RunStatus.success and state.accessor is not None:
-        status = settled_status(final if final is not None else await state.accessor.aget(record.thread_id))
-    # The thread's next run may already be running (another worker claimed it): leave its busy.
-    await deps.store.set_thread_status(record.thread_id, status, unless_running=True)
+def _settles_in(status: RunStatus, head: str | None) -> str | None:
+    """The status a thread settles in after a run that ended ``status``: for a success, what its
+    state says (``head``); otherwise what that end implies."""
+    if head is None:
+        return None
+    return head if status is RunStatus.success else AFTER_RUN.get(status, "idle")
 
 
 __all__ = ["WorkerDeps", "execute_run"]

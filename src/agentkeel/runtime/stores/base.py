@@ -114,12 +114,16 @@ class RunStore(ABC):
 
     @abstractmethod
     async def finish(
-        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None,
+        thread_status: str | None = None,
     ) -> RunRecord:
         """Write the terminal status, stop reasons, usage and error in one fenced write.
 
         ``end``: the run's ``run.end`` journal event, stored in the same transaction (idempotent on
         its seq), so the journal says the run ended exactly when — and only if — its record does.
+        ``thread_status``: the status the run's thread settles in, set in the same transaction
+        unless another run of the thread is running already (as ``set_thread_status(...,
+        unless_running=True)``): no reader sees the ended run on a thread still ``busy`` with it.
 
         Only an active run at exactly ``attempt`` is changed; anything else raises ``FencedOut``
         and leaves the stored record untouched (a terminal status is never replaced). While the run

@@ -181,18 +181,21 @@ class MemoryRunStore(RunStore):
             return _copy_run(current)
 
     async def finish(
-        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None,
+        thread_status: str | None = None,
     ) -> RunRecord:
-        return await self._finish(run_id, attempt, completion, ACTIVE_STATUSES, end)
+        return await self._finish(run_id, attempt, completion, ACTIVE_STATUSES, end, thread_status)
 
     async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
         return await self._finish(run_id, attempt, completion, _PENDING)
 
     async def _finish(
         self, run_id: str, attempt: int, completion: Completion, statuses: frozenset[RunStatus],
-        end: JournalEvent | None = None,
+        end: JournalEvent | None = None, thread_status: str | None = None,
     ) -> RunRecord:
         require_terminal(completion.status)
+        if thread_status is not None:
+            require_thread_status(thread_status)
         async with self._lock:
             current = self._runs.get(run_id)
             if current is None or _fenced(current, attempt, statuses):
@@ -211,6 +214,8 @@ class MemoryRunStore(RunStore):
             current.lease_expires_at = None
             if end is not None:  # under this store's lock: no reader sees one without the other
                 await self._journal.append([end])
+            if thread_status is not None:
+                self._settle_thread(current.thread_id, thread_status, now)
             return _copy_run(current)
 
     async def update_usage(self, run_id: str, attempt: int, usage: dict[str, Any]) -> bool:
@@ -374,13 +379,16 @@ class MemoryRunStore(RunStore):
     async def set_thread_status(self, thread_id: str, status: str, *, unless_running: bool = False) -> None:
         require_thread_status(status)
         async with self._lock:
-            thread = self._threads.get(thread_id)
-            running = unless_running and any(
-                r.status is RunStatus.running for r in self._thread_runs(thread_id)
-            )
-            if thread is not None and not running:
-                thread.status = status
-                thread.updated_at = utcnow()
+            if unless_running:
+                self._settle_thread(thread_id, status, utcnow())
+            elif (thread := self._threads.get(thread_id)) is not None:
+                thread.status, thread.updated_at = status, utcnow()
+
+    def _settle_thread(self, thread_id: str, status: str, now: datetime) -> None:
+        """Set an existing thread's status unless one of its runs is running (under the lock)."""
+        thread = self._threads.get(thread_id)
+        if thread is not None and not any(r.status is RunStatus.running for r in self._thread_runs(thread_id)):
+            thread.status, thread.updated_at = status, now
 
     async def list_threads(self, limit: int = 100, offset: int = 0) -> list[ThreadRecord]:
         async with self._lock:

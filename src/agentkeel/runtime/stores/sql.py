@@ -211,18 +211,21 @@ class SqlRunStore(SqlBacked, RunStore):
             raise
 
     async def finish(
-        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None
+        self, run_id: str, attempt: int, completion: Completion, end: JournalEvent | None = None,
+        thread_status: str | None = None,
     ) -> RunRecord:
-        return await self._finish(run_id, attempt, completion, ACTIVE_VALUES, end)
+        return await self._finish(run_id, attempt, completion, ACTIVE_VALUES, end, thread_status)
 
     async def finish_pending(self, run_id: str, attempt: int, completion: Completion) -> RunRecord:
         return await self._finish(run_id, attempt, completion, (RunStatus.pending.value,))
 
     async def _finish(
         self, run_id: str, attempt: int, completion: Completion, statuses: tuple[str, ...],
-        end: JournalEvent | None = None,
+        end: JournalEvent | None = None, thread_status: str | None = None,
     ) -> RunRecord:
         require_terminal(completion.status)
+        if thread_status is not None:
+            require_thread_status(thread_status)
         now = utcnow()
         # First action wins: a stored control request outranks a completion that ignores it.
         statement = finish(statuses, unless_control=not completion.acknowledges_control)
@@ -245,6 +248,10 @@ class SqlRunStore(SqlBacked, RunStore):
                 raise fenced_out(run_id, attempt, current)
             if end is not None:
                 await conn.execute(self._db.insert_ignoring(journal, "run_id", "seq"), event_row(end, now))
+            if thread_status is not None:  # after the run's own end: only another run keeps it busy
+                await conn.execute(UPDATE_THREAD_UNLESS_RUNNING, {
+                    "b_thread_id": row["thread_id"], "status": thread_status, "updated_at": now,
+                })
             return _to_run(row)
 
         return await self._db.transaction(work)
