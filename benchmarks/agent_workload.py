@@ -4,7 +4,11 @@ The run is the scripted ``lead`` agent (strict mode) making 31 model calls: 30 t
 write about 2 KB to a file and then read it back, round-robin over 5 files, then a final answer.
 It is started and streamed like a chat UI does (``POST /threads``, then ``POST
 /threads/{id}/runs/stream`` with ``--stream-mode``), through one ``keel serve`` child process on
-the embedded default (a SQLite file, the memory stream) or on ``--database``.
+the embedded default (a SQLite file, the memory stream) or on ``--database``. With ``--workers N``
+the deployment is one ``keel serve --no-worker`` and N ``keel worker`` processes instead, on
+``--database`` (PostgreSQL) and ``--stream`` (Redis, keys under a prefix of their own, deleted
+afterwards): the runs' starts then spread over processes, and "server" below means all of them
+(CPU and RSS summed).
 
 Phases: one warm-up run, ``--sequential`` runs one after the other, ``--concurrent`` runs at once
 (each on its own thread), and with ``--runs N`` a long sequential phase that prints the server's
@@ -18,20 +22,23 @@ within 40 MiB of RSS after 10; first graph event under 10 concurrent runs no lat
 sequential one.
 
 Run ``python benchmarks/agent_workload.py [--sequential 5] [--concurrent 10] [--runs 200]
-[--stream-mode values,messages-tuple] [--database URL] [--limit KEY=VALUE]`` (Linux: reads
-``/proc``).
+[--stream-mode values,messages-tuple] [--database URL] [--workers N [--stream URL]] [--limit KEY=VALUE]``
+(Linux: reads ``/proc``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "gateway"))
+sys.path.insert(0, str(REPO / "tests" / "load"))
+from load_support import delete_redis_keys, start_all, stop_all  # type: ignore[import-not-found]  # noqa: E402
 from server_support import start_server  # type: ignore[import-not-found]  # noqa: E402
 
 TOOL_TURNS = 30
@@ -68,9 +77,11 @@ def lead_script() -> dict[str, Any]:
     return {"strict": True, "agents": {"lead": turns}}
 
 
-def write_config(root: Path, database: str | None, limits: dict[str, Any]) -> Path:
+def write_config(root: Path, database: str | None, limits: dict[str, Any], stream: dict[str, str] | None = None) -> Path:
+    """``stream``: ``stream`` and ``stream_prefix`` settings (a multi-process deployment)."""
     (root / "lead.yaml").write_text(yaml.safe_dump(lead_script(), sort_keys=False))
     config = {
+        **(stream or {}),
         "data_dir": str(root / "data"),
         "database": database or f"sqlite:///{root / 'keel.db'}",
         "models": [{"name": "scripted", "use": "scripted", "script": "lead.yaml"}],
@@ -83,23 +94,27 @@ def write_config(root: Path, database: str | None, limits: dict[str, Any]) -> Pa
     return path
 
 
-# -- the server process, seen through /proc ---------------------------------------------------------
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# -- the server's processes, seen through /proc -----------------------------------------------------
+def cpu_s(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        total += next(int(line.split()[1]) * 1024 for line in lines if line.startswith("VmRSS:"))
+    return total
 
 
 class PeakRss:
     """Samples the server's RSS every 20 ms while the phase runs."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: list[int]) -> None:
         self.pid = pid
         self.peak = rss_bytes(pid)
         self._stop = threading.Event()
@@ -167,7 +182,7 @@ class Phase:
     end_rss: int
 
 
-async def phase(http: httpx.AsyncClient, pid: int, name: str, runs: int, concurrent: bool, modes: list[str]) -> Phase:
+async def phase(http: httpx.AsyncClient, pid: list[int], name: str, runs: int, concurrent: bool, modes: list[str]) -> Phase:
     cpu0 = cpu_s(pid)
     begin = time.perf_counter()
     with PeakRss(pid) as rss:
@@ -190,10 +205,10 @@ def print_phases(phases: list[Phase]) -> None:
               f"{ms([r.first_event_s for r in p.runs]):>10}{ms([r.first_graph_event_s for r in p.runs]):>10}"
               f"{p.cpu_s / len(p.runs) * 1000:>11.0f}{statistics.mean(r.sse_bytes for r in p.runs) / 1024:>11.0f}"
               f"{p.peak_rss / MIB:>9.1f}{p.end_rss / MIB:>8.1f}")
-    print("(run ms, 1st ev ms, 1st graph: medians per run; CPU: the server process, user + system)")
+    print("(run ms, 1st ev ms, 1st graph: medians per run; CPU and MiB: the server's processes, user + system)")
 
 
-async def long_phase(http: httpx.AsyncClient, pid: int, runs: int, modes: list[str]) -> tuple[int, int]:
+async def long_phase(http: httpx.AsyncClient, pid: list[int], runs: int, modes: list[str]) -> tuple[int, int]:
     """Sequential runs, the server's RSS after every 10; returns (RSS after 10, after the last)."""
     after_10 = last = 0
     print(f"\n{runs} sequential runs: server RSS after every 10")
@@ -212,14 +227,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="keel-agent-bench-") as tmp:
         extra = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.limit)}
-        server = start_server(write_config(Path(tmp), args.database, extra))
-        try:
-            pid = server.pid
-            print(f"keel serve pid {pid}, RSS {rss_bytes(pid) / MIB:.1f} MiB at start; {TOOL_TURNS + 1} model calls per run "
+        async with deployment(Path(tmp), args, extra) as (url, pid):
+            print(f"{deployed(args)}, pids {pid}, RSS {rss_bytes(pid) / MIB:.1f} MiB at start; {TOOL_TURNS + 1} model calls per run "
                   f"({TOOL_TURNS // 2} writes of {CONTENT_BYTES} B + {TOOL_TURNS // 2} reads, {FILES} files), "
                   f"stream_mode {modes}; load average {os.getloadavg()[0]:.2f}")
             limits = httpx.Limits(max_connections=args.concurrent + 10)
-            async with httpx.AsyncClient(base_url=server.url, timeout=300, limits=limits) as http:
+            async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
                 await one_run(http, modes)  # warm-up: imports, statement compilation, first checkpoint
                 phases = [await phase(http, pid, "sequential", args.sequential, False, modes),
                           await phase(http, pid, "concurrent", args.concurrent, True, modes)]
@@ -228,8 +241,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 ratio = (statistics.median(r.first_graph_event_s for r in conc.runs)
                          / statistics.median(r.first_graph_event_s for r in seq.runs))
                 ok = conc.peak_rss / MIB <= RSS_TARGET_MIB
+                verdict = "n/a: the target is one keel serve's" if args.workers else "met" if ok else "MISSED"
                 print(f"peak RSS at {args.concurrent} concurrent: {conc.peak_rss / MIB:.1f} MiB "
-                      f"(target <= {RSS_TARGET_MIB}): {'met' if ok else 'MISSED'}")
+                      f"(target <= {RSS_TARGET_MIB}): {verdict}")
                 print(f"first graph event, concurrent/sequential: {ratio:.2f}x "
                       f"(target <= {FIRST_GRAPH_EVENT_RATIO}x): {'met' if ratio <= FIRST_GRAPH_EVENT_RATIO else 'MISSED'}")
                 result = {"phases": phases, "first_graph_event_ratio": ratio}
@@ -240,9 +254,33 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                           f"(target within {RSS_GROWTH_TARGET_MIB}): {'met' if abs(growth) <= RSS_GROWTH_TARGET_MIB else 'MISSED'}")
                     result["rss_growth_mib"] = growth
             print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    return result
+
+
+def deployed(args: argparse.Namespace) -> str:
+    if args.workers:
+        return f"keel serve --no-worker + {args.workers} keel worker"
+    return "keel serve"
+
+
+@contextlib.asynccontextmanager
+async def deployment(root: Path, args: argparse.Namespace, limits: dict[str, Any]) -> AsyncIterator[tuple[str, list[int]]]:
+    """The server's URL and the pids of its processes, stopped on the way out."""
+    if not args.workers:
+        server = start_server(write_config(root, args.database, limits))
+        try:
+            yield server.url, [server.pid]
         finally:
             server.stop()
-    return result
+        return
+    prefix = f"keel-aw-{uuid.uuid4().hex[:8]}"
+    config = write_config(root, args.database, limits, {"stream": args.stream, "stream_prefix": prefix})
+    workers, gateways = await start_all(config, args.workers, 1)
+    try:
+        yield gateways[0].url, [p.pid for p in (*gateways, *workers)]
+    finally:
+        stop_all([*gateways, *workers])
+        await delete_redis_keys(args.stream, prefix)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -252,9 +290,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=0, help="a long sequential phase printing RSS every 10 runs")
     parser.add_argument("--stream-mode", default="values,messages-tuple")
     parser.add_argument("--database", default=None, help="default: a SQLite file in a temp dir")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="N > 0: keel serve --no-worker + N keel worker processes (needs a PostgreSQL --database)")
+    parser.add_argument("--stream", default="redis://127.0.0.1:6379/0", help="the stream of a --workers deployment")
     parser.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE",
                         help="a `limits:` setting of the server, e.g. stream_max_bytes=1048576 (repeatable)")
-    return asyncio.run(measure(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    if args.workers and not (args.database or "").startswith("postgresql"):
+        parser.error("--workers needs a PostgreSQL --database (processes share it)")
+    return asyncio.run(measure(args))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ prints), never how fast: timings on a shared test machine prove nothing.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -119,3 +121,24 @@ def test_agent_workload_runs_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch, cap
     assert all(r.sse_bytes > 0 and 0 < r.first_event_s <= r.first_graph_event_s <= r.wall_s
                for p in result["phases"] for r in p.runs)
     assert concurrent.peak_rss > 0 and concurrent.cpu_s > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_agent_workload_with_worker_processes_at_a_tiny_size(
+    pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load("agent_workload", monkeypatch)
+    scratch = _load("workers", monkeypatch).scratch_database
+    name = f"keel_aw_{uuid.uuid4().hex[:10]}"
+    database = asyncio.run(scratch(pg_url, name, True))
+    try:
+        result = bench.main(["--sequential", "1", "--concurrent", "2", "--stream-mode", "values",
+                             "--workers", "2", "--database", database, "--stream", redis_url])
+    finally:
+        asyncio.run(scratch(pg_url, name, False))
+    out = capsys.readouterr().out
+    assert "keel serve --no-worker + 2 keel worker" in out and "first graph event" in out
+    sequential, concurrent = result["phases"]
+    assert len(sequential.runs) == 1 and len(concurrent.runs) == 2
+    assert concurrent.cpu_s > 0  # summed over the gateway and both workers
