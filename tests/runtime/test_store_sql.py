@@ -167,6 +167,28 @@ async def test_sqlite_writes_begin_immediate_and_reads_do_not(tmp_path: Path) ->
         assert await scalar(db, "PRAGMA foreign_keys") == 1
 
 
+async def test_a_sqlite_store_call_never_hands_the_loop_to_another_task(tmp_path: Path) -> None:
+    """An inline SQLite transaction runs start to close in one turn of the loop: no other task
+    runs in between (and, for a write, none waits behind this process's writer queue meanwhile).
+    SQLAlchemy's own ``async with engine.connect()`` closed in a task of its own: two turns."""
+    async with sql_database(f"sqlite:///{tmp_path / 'keel.db'}") as db:
+        await db.setup()
+        store, journal = SqlRunStore(db), SqlJournalStore(db)
+        await store.upsert_thread("t")
+        calls = {
+            "a read": lambda: store.get("no-such-run"),
+            "a one-statement write": lambda: store.set_thread_status("t", "idle"),
+            "a transaction": lambda: store.admit(RunRecord(run_id=new_run_id(), thread_id="t", assistant_id="lead",
+                                                           multitask_strategy=MultitaskStrategy.enqueue)),
+            "a journal read": lambda: journal.list("no-such-run"),
+        }
+        for what, call in calls.items():
+            others: list[str] = []
+            asyncio.get_running_loop().call_soon(others.append, what)
+            await call()
+            assert others == [], f"another task ran during {what}"
+
+
 def _hold_write_lock(path: Path, seconds: float, held: threading.Event) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")

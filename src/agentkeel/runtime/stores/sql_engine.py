@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,7 +114,7 @@ class SqlDatabase:
         """
 
         async def attempt() -> T:
-            async with self._serialised(read_only), self.engine.connect() as conn:
+            async with self._serialised(read_only), self._connect() as conn:
                 options = self._options(read_only, single)
                 if options:
                     await conn.execution_options(**options)
@@ -122,6 +122,28 @@ class SqlDatabase:
                     return await work(conn)
 
         return await retry_while_busy(attempt)
+
+    @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of the engine for one transaction, closed (returned to its pool) after it.
+
+        Why not ``async with engine.connect()``: its exit runs the close in a task of its own,
+        shielded from cancellation, and waits for it: two turns of the event loop per
+        transaction, each behind every other ready task, and on SQLite with this process's
+        writer queue (``_writer``) held all the while, so under a burst every write waited for
+        unrelated runs' steps. An inline SQLite connection closes without suspending
+        (``runtime/sqlite_inline.py``), so no cancellation can cut its close short: it is closed
+        in place. A PostgreSQL close goes over the network and may suspend: it keeps the shield.
+        """
+        if self.dialect != "sqlite":
+            async with self.engine.connect() as shielded:
+                yield shielded
+            return
+        conn = await self.engine.connect()
+        try:
+            yield conn
+        finally:
+            await conn.close()
 
     def _options(self, read_only: bool, single: bool) -> dict[str, Any]:
         if single:
