@@ -41,6 +41,8 @@ from agentkeel.runtime.worker import WorkerDeps, execute_run
 
 log = logging.getLogger(__name__)
 
+ERROR_BACKOFF_S = (0.2, 5.0)
+
 
 @dataclass(frozen=True)
 class AdmissionClaim(StartClaim):
@@ -48,8 +50,6 @@ class AdmissionClaim(StartClaim):
     lease keeper counts the lease from it)."""
 
     sent: float = 0.0
-
-ERROR_BACKOFF_S = (0.2, 5.0)
 
 
 class Claimer:

@@ -153,7 +153,8 @@ class MemoryRunStore(RunStore):
             if record.run_id in self._runs:
                 raise ValueError(f"run {record.run_id} already exists")
             now = utcnow()
-            stored = _copy_run(admitted_record(record, active, claim, now))  # before touching anything: it validates the JSON
+            # Copied before touching anything: the copy validates the JSON.
+            stored = _copy_run(admitted_record(record, active, claim, now))
             seqs = [self._queue_seq[r.run_id] for r in self._thread_runs(record.thread_id)]
             thread = self._touch_thread(record.thread_id, now)
             if stored.status is RunStatus.running:
