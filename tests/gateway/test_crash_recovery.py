@@ -1,4 +1,5 @@
-"""A real ``keel serve`` killed with SIGKILL in the middle of a tool call, then started again.
+"""A real ``keel serve`` killed with SIGKILL in the middle of a tool call, or right after its
+admissions answered, then started again.
 
 What an operator sees afterwards, under both ``on_worker_lost`` policies: the run is terminal
 within the lease (the restarted process finds its own dead runs at once: same host, pid gone), the
@@ -181,3 +182,46 @@ async def test_kill_9_mid_tool_then_restart(tmp_path: Path, policy: str, backend
     finally:
         assert restarted.stop() == 0, restarted.output()
 
+
+
+async def test_kill_9_right_after_admissions_then_restart(tmp_path: Path, backend: tuple[str | None, str]) -> None:
+    """Killed the moment its admissions answered: runs claimed by their own admission, some not
+    yet started (no journal at all), some in their first step. After a restart none is left
+    running, each ends ``worker_lost`` with END, and each thread takes a new run."""
+    config = project(tmp_path, "fail", *backend)
+    body = {"assistant_id": "lead", "input": {"messages": [{"role": "user", "content": "append"}]}}
+    server: KeelServer = start_server(config)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            threads = [(await http.post("/threads", json={})).json()["thread_id"] for _ in range(4)]
+            answers = await asyncio.gather(*(http.post(f"/threads/{t}/runs", json=body) for t in threads))
+        server.signal(signal.SIGKILL)
+        server.wait(10)
+    finally:
+        if server.process.poll() is None:
+            server.signal(signal.SIGKILL)
+    runs = [a.json() for a in answers]
+    assert [r["status"] for r in runs] == ["running"] * 4  # each claimed by its admission
+
+    restarted = start_server(config)
+    try:
+        async with httpx.AsyncClient(base_url=restarted.url, timeout=30) as http:
+            for thread, run in zip(threads, runs, strict=True):
+                run_path = f"/threads/{thread}/runs/{run['run_id']}"
+
+                async def terminal(path: str = run_path) -> dict[str, Any] | None:
+                    record = (await http.get(path)).json()
+                    return record if record["status"] not in ("pending", "running") else None
+
+                record = await poll(terminal, 3 + 10, f"run {run['run_id']} to end")  # lease + grace
+                assert record["status"] == "error" and record["stop_reason"] == "worker_lost", record
+                events: list[dict[str, Any]] = []
+                await asyncio.wait_for(follow(restarted.url, f"{run_path}/stream", events, "-1"), 20)
+                assert events and events[-1].get("event") == "end"
+                journal = [e["kind"] for e in (await http.get(f"{run_path}/journal")).json()]
+                assert journal[-3:] == ["run.recovered", "stop_reason", "run.end"]
+            again = await http.post(f"/threads/{threads[0]}/runs", json=body)
+            assert again.status_code == 200 and again.json()["status"] == "running"  # the thread is free
+            await http.post(f"/threads/{threads[0]}/runs/{again.json()['run_id']}/cancel?wait=1")
+    finally:
+        assert restarted.stop() == 0, restarted.output()
