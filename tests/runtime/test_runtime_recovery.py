@@ -1,9 +1,9 @@
 """Runs outlive their owner: recovery (``on_worker_lost``), stored control requests, self-fencing.
 
 A lost owner is simulated by claiming a run as a worker that never renews ("ghost"), with its
-lease already expired; the real kill -9 of real processes is in ``tests/gateway/test_crash_recovery.py``
-and ``tests/load/``. The runtimes
-here share a SQLite file or the PostgreSQL database, as the processes of a deployment do.
+lease already expired; the real kill -9 of real processes is in
+``tests/gateway/test_crash_recovery.py`` and ``tests/load/``. The runtimes here share a SQLite file
+or the PostgreSQL database, as the processes of a deployment do.
 """
 
 from __future__ import annotations
