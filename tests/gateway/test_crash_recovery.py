@@ -185,9 +185,10 @@ async def test_kill_9_mid_tool_then_restart(tmp_path: Path, policy: str, backend
 
 
 async def test_kill_9_right_after_admissions_then_restart(tmp_path: Path, backend: tuple[str | None, str]) -> None:
-    """Killed the moment its admissions answered: runs claimed by their own admission, some not
-    yet started (no journal at all), some in their first step. After a restart none is left
-    running, each ends ``worker_lost`` with END, and each thread takes a new run."""
+    """Killed the moment its admissions answered: runs claimed by their own admission, killed
+    before or just as they started (which, for a given run, is not controlled: a run may have
+    journaled nothing yet). After a restart none is left running, each ends ``worker_lost`` with
+    END, and each thread takes a new run."""
     config = project(tmp_path, "fail", *backend)
     body = {"assistant_id": "lead", "input": {"messages": [{"role": "user", "content": "append"}]}}
     server: KeelServer = start_server(config)
