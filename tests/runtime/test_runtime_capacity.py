@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from runtime_support import (
     DATABASE_MATRIX,
@@ -15,9 +16,10 @@ from runtime_support import (
     start,
     stored,
     thread_status,
+    wait_until,
 )
 
-from agentkeel.runtime.records import RunStatus
+from agentkeel.runtime.records import RunRecord, RunStatus
 
 pytestmark = backend_matrix(DATABASE_MATRIX)
 
@@ -39,14 +41,53 @@ async def test_a_full_worker_admits_a_run_pending_and_starts_it_when_a_place_fre
 
 
 async def test_admissions_at_once_never_exceed_the_capacity(keel: Keel) -> None:
-    """Places are held from the admission's claim to the launch, so ten admissions that all see
-    one free place do not all take it."""
+    """Ten admissions at once, with the claim loop woken by the pending ones: two places taken,
+    whichever claims took them, and no more while they run."""
     async with keel.open(keel.config({"slow": SLOW}, limits={"worker_max_runs": 2})) as rt:
         runs = await asyncio.gather(*(start(rt, new_thread_id(f"cap-{i}"), model_name="slow") for i in range(10)))
-        assert sorted(r.status.value for r in runs) == ["pending"] * 8 + ["running"] * 2
-        assert rt.manager.in_flight == 2
-        for record in runs:  # a pending run ends at once; a running one when it sees the request
-            assert await rt.manager.cancel(record.run_id) == "cancelled"
+        try:
+            assert sum(r.status is RunStatus.running for r in runs) <= 2
+            await wait_until(lambda: rt.manager.in_flight == 2, what="two runs in flight")
+            await asyncio.sleep(0.3)  # the claim loop's turns: still two
+            assert rt.manager.in_flight == 2
+            statuses = [(await stored(rt, r.run_id)).status for r in runs]
+            assert statuses.count(RunStatus.running) == 2 and statuses.count(RunStatus.pending) == 8
+        finally:
+            for record in runs:  # a pending run ends at once; a running one when it sees the request
+                await rt.manager.cancel(record.run_id)
         for record in runs:
             assert (await finished(rt, record.run_id)).status is RunStatus.interrupted
         assert rt.manager.in_flight == 0
+
+
+async def test_a_claim_loop_mid_claim_holds_its_place_against_admissions(keel: Keel) -> None:
+    """The claim loop holds a place while its claim is under way, so admissions at that moment
+    see one place fewer: the capacity is never exceeded, whichever claims first."""
+    async with keel.open(keel.config({"slow": SLOW}, limits={"worker_max_runs": 2})) as rt:
+        store = rt.manager.store
+        entered, release = asyncio.Event(), asyncio.Event()
+        claim_next = store.claim_next
+
+        async def gated(*args: Any, **kwargs: Any) -> Any:  # only the claim loop calls it now
+            if not release.is_set():
+                entered.set()
+                await release.wait()
+            return await claim_next(*args, **kwargs)
+
+        store.claim_next = gated  # type: ignore[method-assign]
+        delayed = await start(rt, new_thread_id("cap-later"), model_name="slow", after_seconds=0.2)
+        admitted: list[RunRecord] = []
+        try:
+            await asyncio.wait_for(entered.wait(), 5)  # the loop is inside its claim, holding a place
+            admitted = [await start(rt, new_thread_id(f"cap-now-{i}"), model_name="slow") for i in range(2)]
+            assert [r.status for r in admitted] == [RunStatus.running, RunStatus.pending]
+            release.set()
+            await wait_until(lambda: rt.manager.in_flight == 2, what="the loop's claim to land")
+            await asyncio.sleep(0.5)  # the delay has passed and the loop has had its turns: still two
+            assert rt.manager.in_flight == 2
+        finally:
+            release.set()
+            for record in (delayed, *admitted):
+                await rt.manager.cancel(record.run_id)
+        for record in (delayed, *admitted):
+            assert (await finished(rt, record.run_id)).status is RunStatus.interrupted

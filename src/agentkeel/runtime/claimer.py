@@ -80,7 +80,7 @@ class Claimer:
         self._context = contextvars.copy_context()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
-        self._reserved = 0  # places held by admissions that may claim their run (``admission_claim``)
+        self._reserved = 0  # places held by claims under way (``_place``)
         self.recovery = Recovery(
             deps.store, deps.journal_store, deps.bridge, deps.owner, keeper.expiry,
             limits.stream_retention, policy=self._policy, resume=self._launch_resumed, on_freed=self._freed,
@@ -125,9 +125,8 @@ class Claimer:
         while self._claiming:
             self._wake.clear()
             try:
-                while self._claiming and len(self._runs) + self._reserved < self._limits.worker_max_runs:
-                    if not await self._claim_one():
-                        break
+                while await self._claim_one():
+                    pass
                 timeout = await self._sleep_for()
                 delay = ERROR_BACKOFF_S[0]
             except Exception as exc:
@@ -152,19 +151,38 @@ class Claimer:
                 log.warning("recovery sweep failed, retrying at the next interval: %r", exc)
 
     async def _claim_one(self) -> bool:
+        """Claim and launch the oldest startable run if this worker has a place; whether it did."""
         if self._only is not None and not self._only:
             return False
-        sent = time.monotonic()
-        record = await self._deps.store.claim_next(
-            self._deps.owner, self._keeper.expiry(), utcnow(),
-            run_ids=None if self._only is None else sorted(self._only),
-        )
-        if record is None:
-            return False
-        if self._only is not None:
-            self._only.discard(record.run_id)
-        self._launch(record, sent)
-        return True
+        with self._place() as free:
+            if not free:
+                return False
+            sent = time.monotonic()
+            record = await self._deps.store.claim_next(
+                self._deps.owner, self._keeper.expiry(), utcnow(),
+                run_ids=None if self._only is None else sorted(self._only),
+            )
+            if record is None:
+                return False
+            if self._only is not None:
+                self._only.discard(record.run_id)
+            self._launch(record, sent)
+            return True
+
+    @contextlib.contextmanager
+    def _place(self) -> Iterator[bool]:
+        """A place within ``limits.worker_max_runs``, held until the block ends (by then the run
+        claimed in it is launched and counts itself); False when none is free or this worker
+        stopped claiming. Held across the claim's await, so the claim loop and admissions
+        claiming at once never take more places than there are."""
+        if not self._claiming or len(self._runs) + self._reserved >= self._limits.worker_max_runs:
+            yield False
+            return
+        self._reserved += 1
+        try:
+            yield True
+        finally:
+            self._reserved -= 1
 
     @contextlib.contextmanager
     def admission_claim(self) -> Iterator[AdmissionClaim | None]:
@@ -181,15 +199,9 @@ class Claimer:
         exactly-one-owner guarantees hold. A run the admission stored as running must be handed
         to ``launch`` inside the block.
         """
-        if not self._claiming or len(self._runs) + self._reserved >= self._limits.worker_max_runs:
-            yield None
-            return
-        self._reserved += 1
-        sent = time.monotonic()  # before the expiry it stands for: the lease is counted from here
-        try:
-            yield AdmissionClaim(self._deps.owner, self._keeper.expiry(), sent=sent)
-        finally:
-            self._reserved -= 1
+        with self._place() as free:
+            sent = time.monotonic()  # before the expiry it stands for: the lease is counted from here
+            yield AdmissionClaim(self._deps.owner, self._keeper.expiry(), sent=sent) if free else None
 
     def launch(self, record: RunRecord, claim: AdmissionClaim, release_start: Callable[[], None]) -> None:
         """Execute a run its admission claimed (``admission_claim``). ``release_start``: the
