@@ -347,8 +347,9 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     if state.started and state.accessor is not None and not rolled_back:
         final = await _step("read final state", active, state.accessor.aget(record.thread_id), bound)
         if await _step("close delegations", active, close_run_delegations(
-                state.accessor, record.thread_id, final, run_id, state.status, state.delegation_outcomes), bound):
-            # the closing edit made a new head: read it again for the status
+                state.accessor, record.thread_id, final, run_id, state.status, state.delegation_outcomes), bound
+        ) and state.status is RunStatus.success:
+            # The closing edit made a new head, and only a success settles by its head: read it again.
             final = await _step("read final state", active, state.accessor.aget(record.thread_id), bound)
         head = settled_status(final)
     finished = await _persist(deps, active, state, rolled_back, None if rolled_back else head)
