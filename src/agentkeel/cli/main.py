@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import sys
@@ -14,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agentkeel.cli.event_loop import run_async
 from agentkeel.cli.render import progress_lines, render_ledger
 from agentkeel.config import KeelConfig, load_config
 from agentkeel.harness.agents import Harness
@@ -96,7 +96,7 @@ def _execute(
             render_ledger(console, ledger)
         return 0 if final.status == RunStatus.success else 1
 
-    return asyncio.run(main())
+    return run_async(main())
 
 
 @app.command()
@@ -155,7 +155,7 @@ def runs_list(
         async with open_runtime(cfg, harness=harness, executes="none") as rt:
             return await rt.store.list_runs(thread_id=thread, limit=limit)
 
-    records = asyncio.run(main())
+    records = run_async(main())
     if json_out:
         print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
         return
@@ -181,7 +181,7 @@ def runs_show(
             record = await rt.store.get(run_id)
             return None if record is None else await build_ledger(record, rt.journal, rt.checkpointer)
 
-    ledger = asyncio.run(main())
+    ledger = run_async(main())
     if ledger is None:
         err.print(f"[red]no run {run_id!r} in {cfg.database_url}[/]")
         raise typer.Exit(1)

@@ -13,7 +13,6 @@ the thread from that checkpoint with ``--model`` (a model of the config) or ``--
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from pathlib import Path
@@ -24,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agentkeel.cli.event_loop import run_async
 from agentkeel.config import KeelConfig, ModelConfig
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.records import RunRecord, RunStatus
@@ -48,7 +48,7 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
            export: Path | None = None, do_rerun: bool = False, fork_at: int | None = None,
            model: str | None = None, script: Path | None = None, live_tools: bool = False) -> int:
     """Everything ``keel replay`` does; the exit code (raises ``ReplayCommandError``)."""
-    timeline, events_script = asyncio.run(_read(config, harness, run_id, export is not None or do_rerun))
+    timeline, events_script = run_async(_read(config, harness, run_id, export is not None or do_rerun))
     if as_json:
         print(json.dumps(timeline.to_dict(), indent=2, default=str))
     else:
@@ -63,10 +63,10 @@ def replay(config: KeelConfig, harness: Harness, run_id: str, *, console: Consol
         if export is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(events_script, sort_keys=False, allow_unicode=True))
-        differences = asyncio.run(_rerun(config, timeline.record, path, console, live_tools))
+        differences = run_async(_rerun(config, timeline.record, path, console, live_tools))
         code = max(code, 1 if differences else 0)
     if fork_at is not None:
-        asyncio.run(_fork(config, timeline.record, fork_at, model, script, console))
+        run_async(_fork(config, timeline.record, fork_at, model, script, console))
     return code
 
 

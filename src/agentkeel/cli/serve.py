@@ -24,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from sse_starlette.sse import AppStatus
 
+from agentkeel.cli.event_loop import UVICORN_HTTP, UVICORN_LOOP
 from agentkeel.cli.worker import FORCE_EXIT_S, arm_force_exit, freeze_heap
 from agentkeel.config import KeelConfig
 from agentkeel.gateway.app import create_app
@@ -101,7 +102,7 @@ def serve_gateway(
     server = GatewayServer(
         uvicorn.Config(
             app, host=host, port=port, lifespan="on", log_level=log_level,
-            timeout_graceful_shutdown=CONNECTIONS_GRACE_S,
+            timeout_graceful_shutdown=CONNECTIONS_GRACE_S, loop=UVICORN_LOOP, http=UVICORN_HTTP,
         ),
         app,
         force_exit=True,

@@ -22,6 +22,7 @@ import socket
 
 import typer
 
+from agentkeel.cli.event_loop import run_async
 from agentkeel.cli.worker_http import MetricsServer, bind_metrics_socket, metrics_app
 from agentkeel.config import KeelConfig
 from agentkeel.harness.agents import Harness
@@ -42,7 +43,7 @@ def run_worker(config: KeelConfig, harness: Harness) -> int:
         except OSError as exc:
             typer.secho(f"keel worker: cannot serve metrics on {host}:{port}: {exc}", err=True, fg="red")
             return 2
-    return asyncio.run(_serve_runs(config, harness, sock))
+    return run_async(_serve_runs(config, harness, sock))
 
 
 async def _serve_runs(config: KeelConfig, harness: Harness, metrics_sock: socket.socket | None = None) -> int:

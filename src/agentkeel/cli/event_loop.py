@@ -1,0 +1,49 @@
+"""The event loop and HTTP parser every ``keel`` process runs on: uvloop and httptools when installed.
+
+Why: one event loop executes all the runs of a process and answers all its HTTP requests, so the
+loop's own cost per wake-up, per socket write and per timer is paid on every chunk of every run,
+and the HTTP parser's on every request. uvloop (libuv) and httptools (llhttp) do that work in C;
+asyncio's selector loop and h11 do it in Python. Measured on ``keel serve`` (``benchmarks/
+agent_workload.py``, ``docs/operations.md``): a one-call run costs the server about a fifth less
+CPU, a ``GET /ok`` less than half. Both are dependencies where they build (uvloop has no
+Windows build); without them every command still works, on asyncio and h11.
+
+The choice is made here, once, for ``keel serve`` (passed to uvicorn), ``keel worker`` and the
+one-shot commands (``run_async``), so a process never mixes the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+# What uvicorn is told (its ``loop`` and ``http`` settings), decided once from what is installed.
+UVICORN_LOOP: Literal["uvloop", "asyncio"] = "uvloop" if _installed("uvloop") else "asyncio"
+UVICORN_HTTP: Literal["httptools", "h11"] = "httptools" if _installed("httptools") else "h11"
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when uvloop is installed; ``None`` (asyncio's default loop) otherwise."""
+    if UVICORN_LOOP != "uvloop":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the loop this module chose."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
+
+
+__all__ = ["UVICORN_HTTP", "UVICORN_LOOP", "loop_factory", "run_async"]
