@@ -29,7 +29,7 @@ from agentkeel.runtime.records import (
     RunStatus,
     new_run_id,
 )
-from agentkeel.runtime.stores.base import JournalEvent, JournalStore, RunStore
+from agentkeel.runtime.stores.base import JournalEvent, JournalStore, RunStore, StartClaim
 from agentkeel.runtime.stores.factory import open_stores
 
 Stores = tuple[RunStore, JournalStore]
@@ -183,6 +183,28 @@ async def test_admission_refuses_duplicates_and_non_pending(stores: Stores, tid:
     with pytest.raises(InvalidTransition):
         await run_store.admit(run(tid, MultitaskStrategy.enqueue, status=RunStatus.running))
     assert ids(await run_store.list_runs(thread_id=tid)) == [record.run_id]
+
+
+async def test_admission_stamps_the_threads_metadata_only_when_it_admits(stores: Stores, tid: str) -> None:
+    run_store, _ = stores
+    await run_store.upsert_thread(tid, {"owner": "ann", "graph_id": "old"})
+    first = (await run_store.admit(run(tid), thread_metadata={"graph_id": "lead", "assistant_id": "a1"})).record
+    thread = await run_store.get_thread(tid)
+    assert thread is not None  # merged: the stamp's keys win, the others stay
+    assert thread.metadata == {"owner": "ann", "graph_id": "lead", "assistant_id": "a1"}
+    with pytest.raises(ConflictError):  # refused (the thread is busy): nothing stamped
+        await run_store.admit(run(tid), thread_metadata={"graph_id": "other"})
+    thread = await run_store.get_thread(tid)
+    assert thread is not None and thread.metadata["graph_id"] == "lead"
+    # A new thread is created with the stamp, in the same transaction as its run; a claimed run's
+    # thread is busy and stamped at once.
+    fresh = f"{tid}-new"
+    claimed = await run_store.admit(run(fresh), StartClaim("w1", datetime.now(UTC) + timedelta(seconds=30)),
+                                    thread_metadata={"graph_id": "lead"})
+    thread = await run_store.get_thread(fresh)
+    assert thread is not None and (thread.status, thread.metadata) == ("busy", {"graph_id": "lead"})
+    assert first.status is RunStatus.pending
+    await run_store.finish(claimed.record.run_id, 1, DONE)
 
 
 # -- mark_running ------------------------------------------------------------------------------

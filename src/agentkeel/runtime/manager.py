@@ -175,7 +175,7 @@ class RunManager:
             not_before=now + timedelta(seconds=request.after_seconds) if request.after_seconds else None,
         )
         with self._admission_claim() as claim:
-            result = await self._deps.store.admit(record, claim)
+            result = await self._deps.store.admit(record, claim, request.thread_metadata)
             if result.record.status is RunStatus.running:
                 # Claimed by its admission (it could start at once): started here and now, so its
                 # start does not wait for the claim loop's next turn behind every other run's work.

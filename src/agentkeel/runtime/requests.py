@@ -76,6 +76,9 @@ class RunRequest:
     interrupt_after: list[str] | str | None = None
     durability: str | None = None  # sync | async | exit
     after_seconds: float = 0.0  # delay before the run starts (it stays pending meanwhile)
+    # Merged into the thread's metadata by the admission's own transaction, if it admits the run
+    # (the gateway stamps what last ran on the thread, as the LangGraph server does).
+    thread_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -82,6 +82,10 @@ async def _admit(gw: Gateway, access: Access, body: RunCreate, thread_id: str, *
         raise NotFound("Thread or assistant not found.")
     request = body.to_request(thread_id, assistant, access.user_id)
     request.metadata = value["metadata"]
+    # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
+    # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped by the admission's
+    # own transaction: only if the run is admitted, and never on a thread deleted meanwhile.
+    request.thread_metadata = {"graph_id": assistant.graph_id, "assistant_id": assistant.assistant_id}
     assert request.config is not None  # to_request always builds one
     request.config["configurable"].update(access.configurable())
     if body.strict_resume and "resume" in (body.command or {}):
@@ -101,12 +105,6 @@ async def _admit(gw: Gateway, access: Access, body: RunCreate, thread_id: str, *
             raise ConflictError(BUSY_THREAD) from None
         raise
     gw.metrics.admitted(time.perf_counter() - began)
-    # As on the LangGraph server: a thread remembers what last ran on it, which is how chat UIs
-    # list "my threads" (threads.search(metadata={"graph_id": ...})). Stamped before a temporary
-    # thread's cleanup task exists, so this never re-creates a deleted thread.
-    await gw.runtime.store.upsert_thread(
-        thread_id, {"graph_id": assistant.graph_id, "assistant_id": assistant.assistant_id}
-    )
     return record
 
 

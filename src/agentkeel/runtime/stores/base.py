@@ -14,7 +14,7 @@ The database additionally refuses a second ``running`` run per thread with a par
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -86,7 +86,9 @@ class RunStore(ABC):
 
     # -- admission -------------------------------------------------------------------------
     @abstractmethod
-    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
+    async def admit(
+        self, record: RunRecord, claim: StartClaim | None = None, thread_metadata: Mapping[str, Any] | None = None
+    ) -> AdmitResult:
         """Insert ``record`` (status pending) and upsert its thread, atomically.
 
         With strategy ``reject`` raises ``ConflictError`` if the thread has an active run, and
@@ -99,6 +101,10 @@ class RunStore(ABC):
         by a process that executes it starts without a second transaction (on PostgreSQL, five
         more round trips before its first event). Otherwise the run stays pending and ``claim``
         is ignored; the returned record's status says which happened.
+
+        ``thread_metadata``: merged into the thread's metadata (its keys win) by the same
+        transaction, so a refused admission stamps nothing and an admitted run needs no second
+        write on its way to its first event.
         """
 
     # -- fenced writes after admission -------------------------------------------------------

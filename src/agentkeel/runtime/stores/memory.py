@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -146,7 +146,9 @@ class MemoryRunStore(RunStore):
         return thread
 
     # -- admission ---------------------------------------------------------------------------
-    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
+    async def admit(
+        self, record: RunRecord, claim: StartClaim | None = None, thread_metadata: Mapping[str, Any] | None = None
+    ) -> AdmitResult:
         async with self._lock:
             active = self._active(record.thread_id)
             check_admissible(record, active)
@@ -155,10 +157,12 @@ class MemoryRunStore(RunStore):
             now = utcnow()
             # Copied before touching anything: the copy validates the JSON.
             stored = _copy_run(admitted_record(record, active, claim, now))
+            stamped = _json(dict(thread_metadata or {}))
             seqs = [self._queue_seq[r.run_id] for r in self._thread_runs(record.thread_id)]
             thread = self._touch_thread(record.thread_id, now)
             if stored.status is RunStatus.running:
                 thread.status = "busy"
+            thread.metadata = {**thread.metadata, **stamped}
             self._runs[record.run_id] = stored
             self._queue_seq[record.run_id] = max(seqs, default=0) + 1
             return AdmitResult(_copy_run(stored), [_copy_run(r) for r in active])

@@ -7,7 +7,7 @@ Only when it matches nothing is the row read again, to say *why* the writer was 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -167,10 +167,12 @@ class SqlRunStore(SqlBacked, RunStore):
         return await self._db.transaction(work)
 
     # -- admission ---------------------------------------------------------------------------
-    async def admit(self, record: RunRecord, claim: StartClaim | None = None) -> AdmitResult:
+    async def admit(
+        self, record: RunRecord, claim: StartClaim | None = None, thread_metadata: Mapping[str, Any] | None = None
+    ) -> AdmitResult:
         async def work(conn: AsyncConnection) -> AdmitResult:
             now = utcnow()
-            await self._lock_thread(conn, record.thread_id, now)
+            current = await self._lock_thread(conn, record.thread_id, now)
             thread = {"thread_id": record.thread_id}
             active = [_to_run(r) for r in (await conn.execute(ACTIVE, thread)).mappings()]
             check_admissible(record, active)
@@ -183,8 +185,14 @@ class SqlRunStore(SqlBacked, RunStore):
                     raise ValueError(f"run {record.run_id} already exists") from exc
                 raise
             assert row is not None
+            changes: dict[str, Any] = {}
             if stored.status is RunStatus.running:  # claimed as admitted: the thread is busy from here
-                await conn.execute(UPDATE_THREAD, {"b_thread_id": record.thread_id, "status": "busy", "updated_at": now})
+                changes["status"] = "busy"
+            merged = {**current["metadata"], **(thread_metadata or {})}
+            if merged != current["metadata"]:
+                changes["metadata"] = merged
+            if changes:  # one statement for both
+                await conn.execute(UPDATE_THREAD, {"b_thread_id": record.thread_id, "updated_at": now, **changes})
             return AdmitResult(_to_run(row), active)
 
         return await self._db.transaction(work)
