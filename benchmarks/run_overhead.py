@@ -50,6 +50,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
+from agentkeel.cli.event_loop import UVICORN_LOOP, run_async
 from agentkeel.config import KeelConfig, Limits, ModelConfig
 from agentkeel.database import Database
 from agentkeel.harness.agents import Harness
@@ -574,11 +575,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--bytes-messages", type=int, default=400, help="thread size for the checkpoint bytes (0: skip)"
     )
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of one runtime run")
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio"), default=UVICORN_LOOP,
+        help="the event loop both variants run on (default: what the keel processes run on)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeat < 1:
         parser.error("--steps and --repeat must be at least 1")
 
-    results = asyncio.run(arun_benchmark(args.steps, args.repeat, args.breakdown, args.checkpoint_mode))
+    print(f"event loop: {args.loop}", flush=True)
+    results = run_async(arun_benchmark(args.steps, args.repeat, args.breakdown, args.checkpoint_mode), args.loop)
     bytes_rows = (
         [measure_checkpoint_bytes_isolated(mode, args.bytes_messages) for mode in ("full", "delta")]
         if args.bytes_messages > 0

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentkeel.cli.event_loop import UVICORN_LOOP, run_async
 from agentkeel.config import ModelConfig
 from agentkeel.runtime.records import RunStatus
 from agentkeel.runtime.requests import RunRequest
@@ -255,14 +256,17 @@ def main(argv: list[str] | None = None) -> dict[str, Result]:
     parser.add_argument("--databases", default=",".join(DATABASES))
     parser.add_argument("--pg-admin", default=PG_ADMIN, help="a database URL on the server to create scratch databases on")
     parser.add_argument("--calls", type=int, default=0, help="measure N of each store call instead of runs")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default=UVICORN_LOOP,
+                        help="the event loop (default: what the keel processes run on)")
     args = parser.parse_args(argv)
+    print(f"event loop: {args.loop}", flush=True)
     if args.calls > 0:
-        print(asyncio.run(measure_calls(args.databases.split(","), args.calls, args.pg_admin)), flush=True)
+        print(run_async(measure_calls(args.databases.split(","), args.calls, args.pg_admin), args.loop), flush=True)
         print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         return {}
     if min(args.steps, args.sequential, args.concurrent, args.short, args.rounds) < 1:
         parser.error("counts must be at least 1")
-    results = asyncio.run(arun(args))
+    results = run_async(arun(args), args.loop)
     print(report(results, args), flush=True)
     return results
 

@@ -20,6 +20,7 @@ def test_one_shot_commands_run_on_uvloop() -> None:
         return type(asyncio.get_running_loop()).__module__
 
     assert run_async(loop_module()).startswith("uvloop")
+    assert run_async(loop_module(), "asyncio").startswith("asyncio")  # the benchmarks' --loop asyncio
 
 
 def test_keel_serve_tells_uvicorn_to_use_uvloop_and_httptools() -> None:

@@ -31,18 +31,20 @@ UVICORN_LOOP: Literal["uvloop", "asyncio"] = "uvloop" if _installed("uvloop") el
 UVICORN_HTTP: Literal["httptools", "h11"] = "httptools" if _installed("httptools") else "h11"
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory when uvloop is installed; ``None`` (asyncio's default loop) otherwise."""
-    if UVICORN_LOOP != "uvloop":
+def loop_factory(loop: Literal["uvloop", "asyncio"] = UVICORN_LOOP) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory for ``"uvloop"`` (the default when it is installed); ``None``
+    (asyncio's default loop) for ``"asyncio"``."""
+    if loop != "uvloop":
         return None
     import uvloop
 
     return uvloop.new_event_loop
 
 
-def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the loop this module chose."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+def run_async(main: Coroutine[Any, Any, T], loop: Literal["uvloop", "asyncio"] = UVICORN_LOOP) -> T:
+    """``asyncio.run`` on the loop this module chose (``loop``: another, for side-by-side
+    measurements in ``benchmarks/``)."""
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         return runner.run(main)
 
 
