@@ -3,10 +3,11 @@
 Why: one event loop executes all the runs of a process and answers all its HTTP requests, so the
 loop's own cost per wake-up, per socket write and per timer is paid on every chunk of every run,
 and the HTTP parser's on every request. uvloop (libuv) and httptools (llhttp) do that work in C;
-asyncio's selector loop and h11 do it in Python. Measured on ``keel serve`` (``benchmarks/
-agent_workload.py``, ``docs/operations.md``): a one-call run costs the server about a fifth less
-CPU, a ``GET /ok`` less than half. Both are dependencies where they build (uvloop has no
-Windows build); without them every command still works, on asyncio and h11.
+asyncio's selector loop and h11 do it in Python. Measured on ``keel serve`` with
+``benchmarks/gateway.py --quick`` against asyncio's loop and h11 (figures in
+``docs/operations.md``): a ``POST /threads`` round trip and a one-step run's stream take about a
+third less time, custom events stream 1.5-2x faster. Both are dependencies where they build
+(uvloop has no Windows build); without them every command still works, on asyncio and h11.
 
 The choice is made here, once, for ``keel serve`` (passed to uvicorn), ``keel worker`` and the
 one-shot commands (``run_async``), so a process never mixes the two.
