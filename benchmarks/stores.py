@@ -69,6 +69,7 @@ DATABASES = ("sqlite", "postgres", "memory")
 class Timed:
     run_ms: float  # create -> stored final record
     first_graph_ms: float  # create -> first graph chunk received by a subscriber
+    run_id: str
 
 
 @dataclass
@@ -97,11 +98,16 @@ async def timed_run(rt: Runtime, model: str, steps: int) -> Timed:
     final = await rt.manager.wait(record.run_id)
     ended = time.perf_counter()
     assert final is not None and final.status == RunStatus.success, final and final.error
-    if steps:
-        calls = await rt.journal.list(record.run_id, kinds=["tool.call"])
-        assert len(calls) == steps, (len(calls), steps)
     assert first is not None, "no graph event was published"
-    return Timed((ended - started) * 1000, (first - started) * 1000)
+    return Timed((ended - started) * 1000, (first - started) * 1000, record.run_id)
+
+
+async def verify(rt: Runtime, samples: list[Timed], steps: int) -> None:
+    """Each run made its ``steps`` tool calls; checked after the scenario, outside its timing
+    (reading the journal back is not part of running)."""
+    for sample in samples:
+        calls = await rt.journal.list(sample.run_id, kinds=["tool.call"])
+        assert len(calls) == steps, (len(calls), steps)
 
 
 @contextlib.asynccontextmanager
@@ -127,13 +133,17 @@ async def open_configuration(name: str, steps: int, short_steps: int, pg_admin: 
 async def measure_round(rt: Runtime, result: Result, args: argparse.Namespace) -> None:
     cpu = time.process_time()
     sequential = [await timed_run(rt, "bench", args.steps) for _ in range(args.sequential)]
-    cpu_sequential, cpu = (time.process_time() - cpu) * 1000 / args.sequential, time.process_time()
+    cpu_sequential = (time.process_time() - cpu) * 1000 / args.sequential
+    await verify(rt, sequential, args.steps)
+    cpu = time.process_time()
     concurrent = list(await asyncio.gather(*(timed_run(rt, "bench", args.steps) for _ in range(args.concurrent))))
-    cpu_concurrent, cpu = (time.process_time() - cpu) * 1000 / args.concurrent, time.process_time()
-    started = time.perf_counter()
-    await asyncio.gather(*(timed_run(rt, "short", args.short_steps) for _ in range(args.short)))
+    cpu_concurrent = (time.process_time() - cpu) * 1000 / args.concurrent
+    await verify(rt, concurrent, args.steps)
+    cpu, started = time.process_time(), time.perf_counter()
+    short = list(await asyncio.gather(*(timed_run(rt, "short", args.short_steps) for _ in range(args.short))))
     short_ms = (time.perf_counter() - started) * 1000
     cpu_short = (time.process_time() - cpu) * 1000 / args.short
+    await verify(rt, short, args.short_steps)
     for scenario, spent in (("sequential", cpu_sequential), ("concurrent", cpu_concurrent), ("short", cpu_short)):
         result.cpu_ms[scenario] = min(result.cpu_ms.get(scenario, spent), spent)
     if not result.sequential or _mean_run(sequential) < _mean_run(result.sequential):

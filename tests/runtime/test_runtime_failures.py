@@ -28,6 +28,7 @@ from runtime_support import (
 )
 
 from agentkeel.runtime.bridge import EventKind
+from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.manager import RunManager
 from agentkeel.runtime.records import RunRecord, RunStatus
 from agentkeel.runtime.runtime import Runtime
@@ -82,13 +83,19 @@ async def _manager(rt: Runtime, journal_store: JournalStore, hooks: list[Any] | 
 
 
 @backend_matrix(LIGHT_MATRIX)
-async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(keel: Keel) -> None:
+async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(
+    keel: Keel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agentkeel.runtime.requests import RunRequest
 
+    async def unreachable(*_args: Any, **_kwargs: Any) -> Journal:
+        raise RuntimeError("journal store unreachable")
+
+    monkeypatch.setattr(Journal, "open", unreachable)
     thread = new_thread_id("jopen")
     async with keel.open(executes="none") as rt:
         seen: list[RunRecord] = []
-        manager = await _manager(rt, _UnreadableJournal(rt.journal), [recording_hook(seen)])
+        manager = await _manager(rt, rt.journal, [recording_hook(seen)])
         try:
             run = await manager.create(RunRequest(thread_id=thread, input="hi"))
             done = await manager.wait(run.run_id)
@@ -104,6 +111,26 @@ async def test_a_journal_that_cannot_be_opened_fails_the_run_with_end(keel: Keel
         (error,) = data_events(items, "error")
         assert "journal store unreachable" in error.data["message"]
         assert manager.in_flight == 0
+
+
+@backend_matrix(LIGHT_MATRIX)
+async def test_a_first_attempt_opens_its_journal_without_reading_the_store(keel: Keel) -> None:
+    """A run's first attempt has nothing journaled before it, so opening its journal costs no
+    read: over a journal store whose reads all fail, the run still succeeds, every event in order."""
+    from agentkeel.runtime.requests import RunRequest
+
+    config = keel.config({"m": [turn("Looking.", call("ls", path="/workspace")), turn("Fine.")]})
+    async with keel.open(config, executes="none") as rt:
+        manager = await _manager(rt, _UnreadableJournal(rt.journal))
+        try:
+            run = await manager.create(RunRequest(thread_id=new_thread_id("jfresh"), input="hi"))
+            done = await manager.wait(run.run_id)
+        finally:
+            await manager.shutdown(1.0)
+        assert done is not None and done.status == RunStatus.success, done and done.error
+        events = await rt.journal.list(run.run_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert events[0].kind == "run.start" and events[-1].kind == "run.end"
 
 
 @backend_matrix(LIGHT_MATRIX)

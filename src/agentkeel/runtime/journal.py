@@ -160,6 +160,7 @@ class Journal:
         max_buffer: int = 10_000,
         attempt: int | None = None,
         observer: Observer | None = None,
+        empty: bool = False,
     ) -> Journal:
         """Open the run's journal; raises if the store cannot be read (a run error, not a warning).
 
@@ -167,8 +168,13 @@ class Journal:
         the most of the journal a crash can lose. If the run already has events (a recovered run's
         next attempt), seqs continue after them. ``observer`` sees each event as it is recorded
         (the process's run metrics count model calls there, mid-run).
+
+        ``empty``: the caller knows the run has no events yet, so the store is not read. The
+        worker says so for a run's first attempt: only the attempt that owns a run journals, a
+        run's attempt is bumped whenever another one takes it over, and opening the journal is
+        the first attempt's first act, so nothing can precede it.
         """
-        first = await store.list(run_id, limit=1)
+        first = [] if empty else await store.list(run_id, limit=1)
         last_seq = await _last_stored_seq(store, run_id, first[0].seq) if first else 0
         if last_seq:
             log.info("journal %s: continuing after stored seq %d", run_id, last_seq)

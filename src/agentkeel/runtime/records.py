@@ -108,13 +108,16 @@ def empty_usage() -> dict[str, Any]:
     }
 
 
+FIRST_ATTEMPT = 1  # a run's attempt when admitted; each takeover by another owner adds one
+
+
 @dataclass
 class RunRecord:
     run_id: str
     thread_id: str
     assistant_id: str
     status: RunStatus = RunStatus.pending
-    attempt: int = 1
+    attempt: int = FIRST_ATTEMPT
     owner: str | None = None
     lease_expires_at: datetime | None = None
     multitask_strategy: MultitaskStrategy = MultitaskStrategy.reject

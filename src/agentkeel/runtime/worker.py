@@ -57,7 +57,15 @@ from agentkeel.runtime.graph_stream import TaskEventSink, stream_graph
 from agentkeel.runtime.journal import Journal
 from agentkeel.runtime.journal_callbacks import JournalCallbackHandler
 from agentkeel.runtime.metrics import RunMetrics
-from agentkeel.runtime.records import Completion, CompletionHook, ControlPending, FencedOut, RunRecord, RunStatus
+from agentkeel.runtime.records import (
+    FIRST_ATTEMPT,
+    Completion,
+    CompletionHook,
+    ControlPending,
+    FencedOut,
+    RunRecord,
+    RunStatus,
+)
 from agentkeel.runtime.recovery import continue_stream, history_of
 from agentkeel.runtime.redaction import redact, redact_json
 from agentkeel.runtime.serialization import EventEncoder
@@ -195,6 +203,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     state.journal = await Journal.open(
         deps.journal_store, record.run_id, record.thread_id, flush_ms=deps.config.limits.journal_flush_ms,
         attempt=record.attempt, observer=deps.metrics.journaled,
+        empty=record.attempt == FIRST_ATTEMPT and active.resumed_from is None,
     )
     active.journal = state.journal
     state.started = True  # claimed: the record is ``running`` under this attempt's lease
@@ -331,8 +340,8 @@ async def _finalize(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         if journal is not None:
             journal.fence()
         return
-    if journal is not None:
-        await _step("journal flush", active, journal.flush(), bound)
+    # No flush here: ``_persist`` flushes everything before the completion, and until then the
+    # journal's timer bounds what a crash could lose, as during the run; one write, not two.
     if state.snapshot is not None and state.workspace is not None:
         await _step("workspace changes", active, _record_changes(deps, state), bound)
     rolled_back = False
