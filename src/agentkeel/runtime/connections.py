@@ -7,12 +7,12 @@ opens, so ``database_pool.size`` bounds the connections a process holds.
 * **PostgreSQL** -- one psycopg ``AsyncConnectionPool``. LangGraph's PostgreSQL saver (as
   ``PooledPostgresSaver``: a connection per call) and ``AsyncPostgresStore`` take the pool itself; the stores' SQLAlchemy engine has no pool of its own
   (``NullPool``) and takes each connection from this one (``async_creator``), and closing it hands
-  the connection back (``close_returns``). A connection's state is reset between the two users:
-  pooled connections are in autocommit, which LangGraph needs (its ``setup()`` runs ``CREATE INDEX
-  CONCURRENTLY`` and each call is its own unit of work; its cursors ask for ``dict_row``
-  themselves); the engine switches autocommit off when it takes one (the stores need transactions:
-  ``SELECT ... FOR UPDATE`` locks a thread until commit) and the pool's ``reset`` switches it back.
-  ``prepare_threshold=0`` is what LangGraph documents for its connections.
+  the connection back (``close_returns``). Pooled connections are in autocommit, which LangGraph
+  needs (its ``setup()`` runs ``CREATE INDEX CONCURRENTLY`` and each call is its own unit of work;
+  its cursors ask for ``dict_row`` themselves), and they stay in it with the stores too: the
+  stores' transactions (``SELECT ... FOR UPDATE`` locks a thread until commit) are opened by an
+  explicit ``BEGIN`` (``stores/sql_engine.py``), so a connection passes between the two users
+  with nothing to switch. ``prepare_threshold=0`` is what LangGraph documents for its connections.
 
   Every connection gets a connect timeout, TCP keepalives with a matching ``tcp_user_timeout``, and
   a server-side ``statement_timeout``, so a half-open connection or a stuck backend fails a call
@@ -120,11 +120,8 @@ async def _alive(conn: AsyncConnection[Any]) -> None:
         await conn.execute("", prepare=False)
 
 
-async def _autocommit(conn: AsyncConnection[Any]) -> None:
-    """The pool's ``reset``: a connection returned by the stores' engine goes back to autocommit,
-    and every returned connection notes when (``_alive`` reads it)."""
-    if not conn.autocommit:
-        await conn.set_autocommit(True)
+async def _returned(conn: AsyncConnection[Any]) -> None:
+    """The pool's ``reset``: a returned connection notes when (``_alive`` reads it)."""
     if isinstance(conn, PooledConnection):
         conn.returned_at = time.monotonic()
 
@@ -191,7 +188,7 @@ def _postgres_pool(conninfo: str, settings: DatabasePool) -> Pool:
         max_size=settings.size,
         timeout=settings.acquire_timeout_s,
         check=_alive,
-        reset=_autocommit,
+        reset=_returned,
         close_returns=True,
         name=APPLICATION_NAME,
         open=False,
@@ -200,13 +197,7 @@ def _postgres_pool(conninfo: str, settings: DatabasePool) -> Pool:
 
 def _postgres_engine(pool: Pool, settings: DatabasePool) -> AsyncEngine:
     async def checkout() -> AsyncConnection[Any]:
-        conn = await pool.getconn(timeout=settings.acquire_timeout_s)
-        try:
-            await conn.set_autocommit(False)
-        except BaseException:
-            await pool.putconn(conn)
-            raise
-        return conn
+        return await pool.getconn(timeout=settings.acquire_timeout_s)
 
     return create_async_engine("postgresql+psycopg://", async_creator=checkout, poolclass=NullPool)
 

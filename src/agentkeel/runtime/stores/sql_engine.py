@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-READ_ONLY = "agentkeel_read_only"  # execution option: open the transaction with a plain BEGIN
-SINGLE = "agentkeel_single_statement"  # execution option (SQLite): one statement, no BEGIN
+READ_ONLY = "agentkeel_read_only"  # execution option (SQLite): open the transaction with a plain BEGIN
+SINGLE = "agentkeel_single_statement"  # execution option: one statement, no BEGIN
 # An arbitrary constant key for pg_advisory_xact_lock: "run migrations one process at a time".
 PG_MIGRATION_LOCK = 0x6B65656C  # "keel"
 
@@ -59,24 +59,35 @@ def is_unique_violation(exc: BaseException) -> bool:
     )
 
 
-def _install_sqlite_hooks(engine: AsyncEngine) -> None:
-    """SQLAlchemy's documented recipe for taking over SQLite's ``BEGIN``, plus the pragmas."""
+def _install_hooks(engine: AsyncEngine) -> None:
+    """Who opens a transaction: this hook, never the driver (SQLAlchemy's documented recipe for
+    SQLite's ``BEGIN``, used on both dialects), plus SQLite's pragmas.
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
-        cursor = dbapi_connection.cursor()
-        for pragma in inline_pragmas():  # WAL, NORMAL; locks waited for by ``transaction``
-            cursor.execute(pragma)
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
+    The driver's connections stay in autocommit, so a ``single`` statement is sent alone and a
+    transaction is the ``BEGIN`` emitted here, ended by the driver's ``commit``/``rollback``
+    (both send their command whenever a transaction is open, autocommit or not). On PostgreSQL
+    that is what lets a pool connection go from the stores to LangGraph's saver and back without
+    switching modes: every switch was a call through psycopg and SQLAlchemy's greenlet bridge,
+    six of them around a one-statement write."""
+    immediate = engine.dialect.name == "sqlite"
+
+    if immediate:
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
+            cursor = dbapi_connection.cursor()
+            for pragma in inline_pragmas():  # WAL, NORMAL; locks waited for by ``transaction``
+                cursor.execute(pragma)
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
         if options.get(SINGLE, False):
-            return  # one statement: SQLite's own implicit transaction is the transaction
-        conn.exec_driver_sql("BEGIN" if options.get(READ_ONLY, False) else "BEGIN IMMEDIATE")
+            return  # one statement: the database's own implicit transaction is the transaction
+        write = immediate and not options.get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 def _upgrade(connection: Connection, config: Config) -> None:
@@ -91,8 +102,7 @@ class SqlDatabase:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        if self.dialect == "sqlite":
-            _install_sqlite_hooks(self.engine)
+        _install_hooks(self.engine)
         # SQLite has one writer at a time anyway. Queueing this process's writers here instead of
         # in SQLite's busy handler (which sleeps up to 100 ms per poll) keeps a burst fast; other
         # processes are still held off by BEGIN IMMEDIATE.
@@ -145,9 +155,10 @@ class SqlDatabase:
         finally:
             await conn.close()
 
-    def _options(self, read_only: bool, single: bool) -> dict[str, Any]:
+    @staticmethod
+    def _options(read_only: bool, single: bool) -> dict[str, Any]:
         if single:
-            return {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {SINGLE: True}
+            return {SINGLE: True}
         return {READ_ONLY: True} if read_only else {}
 
     async def rows(self, query: Executable, params: dict[str, Any] | None = None) -> list[RowMapping]:
