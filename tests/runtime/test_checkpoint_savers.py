@@ -132,3 +132,43 @@ async def test_a_checkpoints_blobs_and_a_tasks_writes_read_back_as_written(
         writes = sorted((task, channel, value) for task, channel, value in fetched.pending_writes or [])
         assert writes == [("task-1", "messages", "m1"), ("task-1", "notes", {"z": 0}), ("task-1", "title", "y"),
                           ("task-2", "__error__", "second")]
+
+
+async def test_a_primed_head_answers_the_run_graphs_first_head_read_once() -> None:
+    """The worker hands the head it read for the rollback point to the run's saver: the graph's
+    first read of that head is answered from it, and only that one read."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from agentkeel.runtime.checkpoints.stamping import StampingSaver
+    from agentkeel.runtime.journal import Journal
+    from agentkeel.runtime.stores.memory import MemoryJournalStore
+
+    inner = InMemorySaver()
+    reads: list[dict[str, Any]] = []
+    read = inner.aget_tuple
+
+    async def counted(config: RunnableConfig) -> Any:
+        reads.append(dict(config["configurable"]))
+        return await read(config)
+
+    inner.aget_tuple = counted  # type: ignore[method-assign]
+    await inner.aput(_config("t1"), empty_checkpoint(), {"step": -1}, {})
+    head = await inner.aget_tuple(_config("t1"))
+    assert head is not None
+    reads.clear()
+    saver = StampingSaver(inner, await Journal.open(MemoryJournalStore(), "r1", "t1", empty=True))
+
+    saver.prime_head("t1", head)
+    assert await saver.aget_tuple(_config("t1")) is head and reads == []
+    assert (await saver.aget_tuple(_config("t1"))) is not None and len(reads) == 1  # once only
+
+    saver.prime_head("t1", None)  # "no checkpoint" is an answer too
+    assert await saver.aget_tuple(_config("t1")) is None and len(reads) == 1
+
+    # Any other read goes to the saver, and the prime is spent.
+    for other in (_config("t2"), {"configurable": {**_config("t1")["configurable"], "checkpoint_ns": "sub"}},
+                  {"configurable": {**_config("t1")["configurable"], "checkpoint_id": head.checkpoint["id"]}}):
+        saver.prime_head("t1", None)
+        await saver.aget_tuple(other)
+        assert (await saver.aget_tuple(_config("t1"))) is not None
+    assert len(reads) == 7

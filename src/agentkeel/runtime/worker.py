@@ -232,7 +232,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         lead = state.usage.as_dict()["by_agent"].get("lead") or {}
         config["metadata"][TURNS_DONE_KEY] = int(lead.get("calls", 0))
     # Every checkpoint the run's graph (and its subagents' nested graphs) writes carries the coordinate.
-    bound: dict[str, Any] = {"checkpointer": StampingSaver(deps.checkpointer, state.journal)}
+    saver = StampingSaver(deps.checkpointer, state.journal)
+    bound: dict[str, Any] = {"checkpointer": saver}
     if deps.kv_store is not None:
         bound["store"] = deps.kv_store
     chain = deps.harness.chain(prepared.assistant) if prepared.assistant.kind == "agent" else None
@@ -243,6 +244,7 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
         state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
+        saver.prime_head(record.thread_id, state.rollback_point.head)  # the graph's first read
     except CheckpointModeError:
         raise  # the thread was written in another channel mode: running it would corrupt it
     except Exception as exc:  # fail closed: rollback is refused later, never partial

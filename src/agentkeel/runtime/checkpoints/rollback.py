@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import PendingWrite
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 from langgraph.types import Overwrite, StateSnapshot
 
 from agentkeel.harness.state import CheckpointMode
@@ -58,7 +58,9 @@ class RollbackPoint:
     ``checkpoint_id is None`` means the thread had no checkpoint (an explicit, restorable fact —
     a failed capture never yields a point). ``tasks`` maps the id of each task scheduled at the
     checkpoint to its (node, path); ``pending_writes`` are the raw ``(task_id, channel, value)``
-    writes stored on it.
+    writes stored on it. ``head`` is the raw head tuple the capture read (None: no checkpoint),
+    so the run's graph can start from it instead of reading it again (``StampingSaver.prime_head``);
+    the graph may change it, so nothing else reads it.
     """
 
     thread_id: str
@@ -68,6 +70,7 @@ class RollbackPoint:
     metadata: Mapping[str, Any] | None
     pending_writes: tuple[PendingWrite, ...]
     tasks: Mapping[str, TaskKey]
+    head: CheckpointTuple | None = field(default=None, compare=False, repr=False)
 
     @property
     def empty_thread(self) -> bool:
@@ -105,6 +108,7 @@ async def capture_rollback_point(accessor: StateAccessor, thread_id: str) -> Rol
         metadata=dict(head.metadata or {}),
         pending_writes=tuple((w[0], w[1], w[2]) for w in head.pending_writes or ()),
         tasks={t.id: (t.name, t.path) for t in snapshot.tasks},
+        head=head,
     )
 
 

@@ -11,6 +11,11 @@ The stamp, under :data:`COORDINATE_KEY`: ``{run_id, attempt, step, journal_seq}`
 checkpoint's own superstep (LangGraph's ``metadata["step"]``) and ``journal_seq`` the last journal
 seq recorded before the next superstep began, i.e. the journal the checkpoint's state reflects.
 ``runtime/timeline.py`` aligns checkpoints, journal and stream by it.
+
+The wrapper also answers the run graph's first read of the thread's head, once, with the tuple
+the worker read just before for the rollback point (``prime_head``): the run owns the thread, so
+nothing can have written in between, and the start of a run is one read shorter (a round trip on
+PostgreSQL, on the way to its first event).
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 
 from agentkeel.runtime.journal import Journal
 
@@ -27,7 +38,7 @@ COORDINATE_KEY = "agentkeel_coordinate"
 
 _PASSED_THROUGH = (
     "get", "get_tuple", "list", "put_writes", "delete_thread", "delete_for_runs", "copy_thread",
-    "prune", "aget", "aget_tuple", "alist", "aput_writes", "adelete_thread", "adelete_for_runs",
+    "prune", "aget", "alist", "aput_writes", "adelete_thread", "adelete_for_runs",
     "acopy_thread", "aprune", "get_delta_channel_history", "aget_delta_channel_history",
     "get_next_version", "with_allowlist",
 )
@@ -40,6 +51,22 @@ class StampingSaver(BaseCheckpointSaver[Any]):
         self.inner = inner
         self.serde = inner.serde
         self._journal = journal
+        self._primed: tuple[str, CheckpointTuple | None] | None = None
+
+    def prime_head(self, thread_id: str, head: CheckpointTuple | None) -> None:
+        """The next read of ``thread_id``'s head in the root namespace gets ``head`` (None: the
+        thread has no checkpoint) without asking ``inner``; once."""
+        self._primed = (thread_id, head)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        given = config.get("configurable", {})
+        primed, self._primed = self._primed, None
+        if (
+            primed is not None and primed[0] == given.get("thread_id")
+            and not given.get("checkpoint_ns") and not given.get("checkpoint_id")
+        ):
+            return primed[1]
+        return await self.inner.aget_tuple(config)
 
     @property
     def config_specs(self) -> list[Any]:
