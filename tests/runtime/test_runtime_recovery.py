@@ -153,7 +153,9 @@ async def test_a_worker_that_cannot_confirm_its_lease_stops_and_writes_nothing(
 
 @backend_matrix(SHARED)
 async def test_a_cancel_reaches_the_owner_in_another_runtime(keel: Keel) -> None:
-    cfg = keel.config({"slow": [turn("Too late.", delay_ms=20_000)]})
+    # A short lease: without a wake-up channel (SQLite) the owner learns of the request when it
+    # next renews, every third of the lease.
+    cfg = keel.config({"slow": [turn("Too late.", delay_ms=20_000)]}, limits={"lease_ttl_s": 3})
     async with keel.open(cfg) as worker, keel.open(cfg, executes="none") as gateway:
         run = await start(gateway, new_thread_id("remote-cancel"), "hi")
         await wait_status(gateway, run.run_id, RunStatus.running)
