@@ -25,6 +25,7 @@ the run's recovery (in whichever process) ends it instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -243,8 +244,8 @@ async def _run_body(deps: WorkerDeps, active: ActiveRun, state: _RunState) -> No
         state.journal.record("chain.manifest", chain.manifest(), caller="worker")
     state.accessor = StateAccessor(graph, deps.checkpointer)
     try:
-        state.rollback_point = await capture_rollback_point(state.accessor, record.thread_id)
-        saver.prime_head(record.thread_id, state.rollback_point.head)  # the graph's first read
+        state.rollback_point = await capture_rollback_point(  # its head read is the graph's first
+            state.accessor, record.thread_id, functools.partial(saver.prime_head, record.thread_id))
     except CheckpointModeError:
         raise  # the thread was written in another channel mode: running it would corrupt it
     except Exception as exc:  # fail closed: rollback is refused later, never partial

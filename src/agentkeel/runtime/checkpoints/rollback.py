@@ -29,8 +29,8 @@ tasks by (node, path). Finally the new head is read back and compared with the c
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -58,9 +58,7 @@ class RollbackPoint:
     ``checkpoint_id is None`` means the thread had no checkpoint (an explicit, restorable fact —
     a failed capture never yields a point). ``tasks`` maps the id of each task scheduled at the
     checkpoint to its (node, path); ``pending_writes`` are the raw ``(task_id, channel, value)``
-    writes stored on it. ``head`` is the raw head tuple the capture read (None: no checkpoint),
-    so the run's graph can start from it instead of reading it again (``StampingSaver.prime_head``);
-    the graph may change it, so nothing else reads it.
+    writes stored on it.
     """
 
     thread_id: str
@@ -70,22 +68,27 @@ class RollbackPoint:
     metadata: Mapping[str, Any] | None
     pending_writes: tuple[PendingWrite, ...]
     tasks: Mapping[str, TaskKey]
-    head: CheckpointTuple | None = field(default=None, compare=False, repr=False)
 
     @property
     def empty_thread(self) -> bool:
         return self.checkpoint_id is None
 
 
-async def capture_rollback_point(accessor: StateAccessor, thread_id: str) -> RollbackPoint:
+async def capture_rollback_point(
+    accessor: StateAccessor, thread_id: str, head_read: Callable[[CheckpointTuple | None], None] | None = None,
+) -> RollbackPoint:
     """Record the thread's head before a run starts writing; call it before the graph runs.
 
     Raises ``RollbackUnavailable`` when the state cannot be captured completely, and
     ``CheckpointModeError`` (unwrapped) when the thread was written in the other mode — then the
-    run itself must not start, not just its rollback be refused.
+    run itself must not start, not just its rollback be refused. ``head_read`` is given the raw
+    head tuple as soon as it is read (None: no checkpoint), so the run's graph can start from it
+    instead of reading it again (``StampingSaver.prime_head``); the point keeps no reference to it.
     """
     try:
         head = await accessor.araw_tuple(thread_id)
+        if head_read is not None:
+            head_read(head)
         if head is None:
             return RollbackPoint(thread_id, accessor.mode, None, {}, None, (), {})
         # Restoring may need the mutation graph; find out now, not when the rollback is asked for.
@@ -108,7 +111,6 @@ async def capture_rollback_point(accessor: StateAccessor, thread_id: str) -> Rol
         metadata=dict(head.metadata or {}),
         pending_writes=tuple((w[0], w[1], w[2]) for w in head.pending_writes or ()),
         tasks={t.id: (t.name, t.path) for t in snapshot.tasks},
-        head=head,
     )
 
 
