@@ -1,4 +1,4 @@
-"""What a run's start reads of its thread: the head once, whichever of rollback capture and graph asks first."""
+"""What a run's start reads of its thread: the head, once (the rollback capture's read serves the graph)."""
 
 from __future__ import annotations
 
