@@ -69,9 +69,9 @@ def _install_hooks(engine: AsyncEngine) -> None:
     that is what lets a pool connection go from the stores to LangGraph's saver and back without
     switching modes: every switch was a call through psycopg and SQLAlchemy's greenlet bridge,
     six of them around a one-statement write."""
-    immediate = engine.dialect.name == "sqlite"
+    sqlite = engine.dialect.name == "sqlite"
 
-    if immediate:
+    if sqlite:
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             dbapi_connection.isolation_level = None  # the driver must not emit its own BEGIN
@@ -86,7 +86,7 @@ def _install_hooks(engine: AsyncEngine) -> None:
         options = conn.get_execution_options()
         if options.get(SINGLE, False):
             return  # one statement: the database's own implicit transaction is the transaction
-        write = immediate and not options.get(READ_ONLY, False)
+        write = sqlite and not options.get(READ_ONLY, False)  # SQLite takes its write lock up front
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
