@@ -157,6 +157,33 @@ async def test_checkouts_leave_no_prepared_statements_behind(pg_url: str) -> Non
 
 
 @pytest.mark.postgres
+async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_without_a_round_trip(pg_url: str) -> None:
+    """Given back, a connection is available before the loop runs anything else (no task hop per
+    statement), notes when, and the next checkout reuses it without the liveness round trip."""
+    async with _connections(pg_url, _app(), size=2) as connections:
+        pool = connections.pool
+        assert pool is not None
+        async with pool.connection() as conn:
+            available = pool.get_stats()["pool_available"]
+        assert pool.get_stats()["pool_available"] == available + 1
+        assert conn.returned_at is not None  # type: ignore[attr-defined]
+        sent: list[str] = []
+        execute = type(conn).execute
+
+        async def counting(self: psycopg.AsyncConnection, query: object, *args: object, **kwargs: object) -> object:
+            sent.append(str(query))
+            return await execute(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+        type(conn).execute = counting  # type: ignore[method-assign]
+        try:
+            async with pool.connection() as again:
+                assert again is conn
+        finally:
+            type(conn).execute = execute  # type: ignore[method-assign]
+        assert sent == []
+
+
+@pytest.mark.postgres
 async def test_a_stuck_statement_is_cancelled_by_the_statement_timeout(pg_url: str) -> None:
     async with _connections(pg_url, _app(), size=2, statement_timeout_s=0.2) as connections:
         assert connections.sql is not None and connections.pool is not None

@@ -105,10 +105,11 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 
     @contextlib.asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[Any]:
-        async with self._pool.connection() as conn, contextlib.AsyncExitStack() as stack:
-            if pipeline:  # the parent's writes, sent together (in one transaction without pipelines)
-                await stack.enter_async_context(conn.pipeline() if self.supports_pipeline else conn.transaction())
-            yield await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
+        async with self._pool.connection() as conn:
+            # pipeline: the parent's writes, sent together (in one transaction without pipelines)
+            batch = (conn.pipeline() if self.supports_pipeline else conn.transaction()) if pipeline else contextlib.nullcontext()
+            async with batch, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                yield cur
 
 
 @functools.lru_cache(maxsize=64)
