@@ -30,6 +30,12 @@ async def test_an_owner_that_loses_its_lease_stops_its_children_and_writes_nothi
         run = await start(rt, new_thread_id("fenced-children"), "hi")
         await wait_until(lambda: capacity.running == 2, timeout=10)
 
+        async def starts_stored() -> bool:  # flushed by the journal's timer, before the lease is cut:
+            # on a stalled loop the lease deadline could otherwise pass before that timer fires
+            return len(await rt.journal.list(run.run_id, kinds=["subagent.start"])) == 2
+
+        await wait_until(starts_stored, timeout=10, what="both subagent.start events stored")
+
         async def unreachable(*_args: Any, **_kwargs: Any) -> None:
             raise ConnectionError("database unreachable")
 
