@@ -184,6 +184,39 @@ async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_with
 
 
 @pytest.mark.postgres
+async def test_a_connection_given_back_mid_transaction_by_a_cancelled_task_is_rolled_back_into_the_pool(
+    pg_url: str,
+) -> None:
+    """The rollback a returned connection needs is a round trip. Cancelling the task that gave the
+    connection back during it ends that task cancelled (psycopg_pool's own return path swallows
+    the cancellation and discards the connection), and the connection is rolled back and kept."""
+    async with _connections(pg_url, _app(), size=2) as connections:
+        pool = connections.pool
+        assert pool is not None
+        opened = pool.get_stats()["connections_num"]
+        giving_back = asyncio.Event()
+
+        async def user() -> None:
+            conn = await pool.getconn()
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT 1")
+            giving_back.set()
+            await pool.putconn(conn)  # its rollback is under way when the task is cancelled
+
+        task = asyncio.create_task(user())
+        await giving_back.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        await wait_until(lambda: pool.get_stats()["pool_available"] == opened, timeout=5, what="the connection back")
+        stats = pool.get_stats()
+        assert stats["connections_num"] == opened and "returns_bad" not in stats, stats
+        async with pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.postgres
 async def test_a_stuck_statement_is_cancelled_by_the_statement_timeout(pg_url: str) -> None:
     async with _connections(pg_url, _app(), size=2, statement_timeout_s=0.2) as connections:
         assert connections.sql is not None and connections.pool is not None

@@ -44,6 +44,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.engine import URL
@@ -86,13 +87,23 @@ class Pool(AsyncConnectionPool[Any]):
     Why here and not in the pool's ``reset`` callback: with a ``reset`` set, psycopg_pool hands
     every returned connection to a background worker task, so each statement paid an extra task
     and loop wake-up, and the connection was back in the pool only a loop iteration later. Noting
-    the time needs no round trip, so it is done inline, and the pool returns the connection itself.
+    the time needs no round trip, so it is done inline, and an idle connection goes straight back.
+
+    A connection given back inside a transaction or a statement (an error or a cancellation cut
+    its user short) needs a rollback or a close first, a round trip: that return runs in a task of
+    its own, shielded, so that cancelling whoever gives it back cannot lose it from the pool.
     """
 
     async def putconn(self, conn: AsyncConnection[Any]) -> None:
         if isinstance(conn, PooledConnection):
             conn.returned_at = time.monotonic()
-        await super().putconn(conn)
+        if conn.pgconn.transaction_status in _UNFINISHED:
+            await asyncio.shield(super().putconn(conn))
+        else:
+            await super().putconn(conn)
+
+
+_UNFINISHED = (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
 
 
 def postgres_conninfo(url: str, pool: DatabasePool) -> str:
