@@ -157,7 +157,9 @@ async def test_checkouts_leave_no_prepared_statements_behind(pg_url: str) -> Non
 
 
 @pytest.mark.postgres
-async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_without_a_round_trip(pg_url: str) -> None:
+async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_without_a_round_trip(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Given back, a connection is available before the loop runs anything else (no task hop per
     statement), notes when, and the next checkout reuses it without the liveness round trip."""
     async with _connections(pg_url, _app(), size=2) as connections:
@@ -174,12 +176,9 @@ async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_with
             sent.append(str(query))
             return await execute(self, query, *args, **kwargs)  # type: ignore[arg-type]
 
-        type(conn).execute = counting  # type: ignore[method-assign]
-        try:
-            async with pool.connection() as again:
-                assert again is conn
-        finally:
-            type(conn).execute = execute  # type: ignore[method-assign]
+        monkeypatch.setattr(type(conn), "execute", counting)
+        async with pool.connection() as again:
+            assert again is conn
         assert sent == []
 
 

@@ -64,6 +64,8 @@ LANGGRAPH_SQLITE_BUSY_TIMEOUT_MS = 30_000
 POOL_CLOSE_TIMEOUT_S = 5.0
 # A connection idle in the pool longer than this is checked with a round trip before reuse.
 IDLE_CHECK_S = 1.0
+# A connection given back in these states needs a rollback or a close before the pool can reuse it.
+_UNFINISHED = (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
 
 
 class PooledConnection(AsyncConnection[TupleRow]):
@@ -91,7 +93,9 @@ class Pool(AsyncConnectionPool[Any]):
 
     A connection given back inside a transaction or a statement (an error or a cancellation cut
     its user short) needs a rollback or a close first, a round trip: that return runs in a task of
-    its own, shielded, so that cancelling whoever gives it back cannot lose it from the pool.
+    its own, shielded, as the ``reset`` task ran it. Inline, cancelling whoever gives it back would
+    interrupt the rollback, and psycopg_pool would swallow the cancellation and discard the
+    connection.
     """
 
     async def putconn(self, conn: AsyncConnection[Any]) -> None:
@@ -101,9 +105,6 @@ class Pool(AsyncConnectionPool[Any]):
             await asyncio.shield(super().putconn(conn))
         else:
             await super().putconn(conn)
-
-
-_UNFINISHED = (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
 
 
 def postgres_conninfo(url: str, pool: DatabasePool) -> str:
