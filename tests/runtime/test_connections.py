@@ -183,27 +183,30 @@ async def test_a_returned_connection_is_back_in_the_pool_at_once_and_reused_with
 
 
 @pytest.mark.postgres
-async def test_a_connection_given_back_mid_transaction_by_a_cancelled_task_is_rolled_back_into_the_pool(
+async def test_a_connection_given_back_mid_transaction_is_rolled_back_into_the_pool_without_its_giver(
     pg_url: str,
 ) -> None:
-    """The rollback a returned connection needs is a round trip. Cancelling the task that gave the
-    connection back during it ends that task cancelled (psycopg_pool's own return path swallows
-    the cancellation and discards the connection), and the connection is rolled back and kept."""
+    """The rollback a connection given back mid-transaction needs is a round trip; it runs apart
+    from whoever gave the connection back (usually a task being cancelled), which is never made
+    to wait for it, so cancelling that task cannot cut it short: the connection is rolled back
+    and kept, not discarded and replaced."""
     async with _connections(pg_url, _app(), size=2) as connections:
         pool = connections.pool
         assert pool is not None
         opened = pool.get_stats()["connections_num"]
-        giving_back = asyncio.Event()
+        given_back = asyncio.Event()
 
         async def user() -> None:
             conn = await pool.getconn()
             await conn.execute("BEGIN")
             await conn.execute("SELECT 1")
-            giving_back.set()
-            await pool.putconn(conn)  # its rollback is under way when the task is cancelled
+            await pool.putconn(conn)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # not waited for
+            given_back.set()
+            await asyncio.sleep(10)
 
         task = asyncio.create_task(user())
-        await giving_back.wait()
+        await given_back.wait()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -92,19 +92,32 @@ class Pool(AsyncConnectionPool[Any]):
     the time needs no round trip, so it is done inline, and an idle connection goes straight back.
 
     A connection given back inside a transaction or a statement (an error or a cancellation cut
-    its user short) needs a rollback or a close first, a round trip: that return runs in a task of
-    its own, shielded, as the ``reset`` task ran it. Inline, cancelling whoever gives it back would
-    interrupt the rollback, and psycopg_pool would swallow the cancellation and discard the
-    connection.
+    its user short) needs a rollback or a close first, a round trip: that return is handed to a
+    task of its own and not waited for, as the ``reset`` task did it. Done inline, the round trip
+    would run in whoever gives the connection back, usually a task being cancelled: cancelled
+    again during it, psycopg_pool swallows the cancellation and discards the connection; and a
+    caller that saw the cancellation and closed the connection again would return it a second
+    time while the first return is still rolling it back.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._returning: set[asyncio.Task[None]] = set()
 
     async def putconn(self, conn: AsyncConnection[Any]) -> None:
         if isinstance(conn, PooledConnection):
             conn.returned_at = time.monotonic()
         if conn.pgconn.transaction_status in _UNFINISHED:
-            await asyncio.shield(super().putconn(conn))
+            task = asyncio.get_running_loop().create_task(super().putconn(conn), name="agentkeel-pool-return")
+            self._returning.add(task)
+            task.add_done_callback(self._returning.discard)
         else:
             await super().putconn(conn)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close after the returns still rolling back, so none outlives the pool."""
+        await asyncio.gather(*self._returning, return_exceptions=True)
+        await super().close(timeout)
 
 
 def postgres_conninfo(url: str, pool: DatabasePool) -> str:
