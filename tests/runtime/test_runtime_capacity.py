@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from runtime_support import (
     DATABASE_MATRIX,
     FAST,
@@ -20,6 +21,8 @@ from runtime_support import (
 )
 
 from agentkeel.runtime.records import RunRecord, RunStatus
+from agentkeel.runtime.stores.memory import MemoryRunStore
+from agentkeel.runtime.stores.sql import SqlRunStore
 
 pytestmark = backend_matrix(DATABASE_MATRIX)
 
@@ -38,6 +41,27 @@ async def test_a_full_worker_admits_a_run_pending_and_starts_it_when_a_place_fre
         assert await rt.manager.cancel(first.run_id) == "cancelled"
         assert (await finished(rt, first.run_id)).status is RunStatus.interrupted
         assert (await finished(rt, second.run_id)).status is RunStatus.success  # the freed place
+
+
+async def test_an_admission_right_after_start_finds_the_claim_loops_start_up_pass_over(
+    keel: Keel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening returns once the claim loop has looked at the queue: a slow start-up pass (here
+    0.3 s) does not hold the only place when the first admission comes, so that run is claimed
+    by its admission."""
+    for store in (SqlRunStore, MemoryRunStore):
+        claim_next = store.claim_next
+
+        async def slow(self: Any, *args: Any, _claim_next: Any = claim_next, **kwargs: Any) -> RunRecord | None:
+            await asyncio.sleep(0.3)
+            return await _claim_next(self, *args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(store, "claim_next", slow)
+    async with keel.open(keel.config({"slow": SLOW}, limits={"worker_max_runs": 1})) as rt:
+        first = await start(rt, new_thread_id("cap-start"), "one", model_name="slow")
+        assert first.status is RunStatus.running and first.owner == rt.manager.owner
+        assert await rt.manager.cancel(first.run_id) == "cancelled"
+        assert (await finished(rt, first.run_id)).status is RunStatus.interrupted
 
 
 async def test_admissions_at_once_never_exceed_the_capacity(keel: Keel) -> None:

@@ -77,6 +77,7 @@ class Claimer:
         self._on_started = on_started
         self._only = only
         self._wake = asyncio.Event()
+        self._passed_once = asyncio.Event()  # the claim loop has looked at the queue (``start``)
         self._context = contextvars.copy_context()
         self._claiming = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -101,6 +102,11 @@ class Claimer:
         if self._only is None:
             await self.recovery.sweep()  # the dead runs of a previous process first
             self._tasks.append(asyncio.create_task(self._sweep_loop(), name="agentkeel-recovery"))
+        # Return once the claim loop's first pass is over, so that the worker is quiet when the
+        # first admissions come: one made right after start would otherwise find the loop's
+        # start-up claim holding a place, and be left pending for the loop's next turn although
+        # a place was free by then.
+        await self._passed_once.wait()
 
     def stop_claiming(self) -> None:
         """Claim nothing more (shutdown); runs already executing keep their leases renewed."""
@@ -132,6 +138,8 @@ class Claimer:
             except Exception as exc:
                 log.warning("claiming runs failed, retrying in %.1f s: %r", delay, exc)
                 timeout, delay = delay, min(delay * 2, ERROR_BACKOFF_S[1])
+            finally:
+                self._passed_once.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
