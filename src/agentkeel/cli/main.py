@@ -23,6 +23,7 @@ from agentkeel.runtime.observe import observe
 from agentkeel.runtime.records import ConflictError, RunStatus
 from agentkeel.runtime.requests import RequestError, RunRequest
 from agentkeel.runtime.runtime import Runtime, open_runtime
+from agentkeel.runtime.startup import StartupError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="AgentKeel: owned, bounded, observable runs.")
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs and their ledgers.")
@@ -323,3 +324,6 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except StartupError as exc:  # the database or data_dir, named, instead of a traceback
+        err.print(f"cannot start: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)

@@ -91,7 +91,9 @@ def serve_gateway(
     config: KeelConfig, harness: Harness, host: str, port: int, log_level: str = "warning",
     *, worker: bool = True,
 ) -> int:
-    """Serve until a signal; 0 after a clean drain, 2 when ``auth:`` cannot be put to work."""
+    """Serve until a signal; 0 after a clean drain; 2 when ``auth:`` cannot be put to work or the
+    runtime cannot open (its database, its data directory); uvicorn's 3 when start-up failed
+    otherwise."""
     # Streams end by themselves once their runs end; sse-starlette must not cut them at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
     try:
@@ -107,5 +109,10 @@ def serve_gateway(
         app,
         force_exit=True,
     )
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's start-up failure (3)
+        if getattr(app.state, "startup_error", None) is not None:
+            return 2  # the runtime could not open; the gateway said why (startup_failures.py)
+        raise
     return 0 if server.started else 1

@@ -40,6 +40,7 @@ from agentkeel.gateway.json_bodies import JsonBodies
 from agentkeel.gateway.metrics import Metrics
 from agentkeel.gateway.requests_first import RequestsFirst
 from agentkeel.gateway.routes import meta, runs
+from agentkeel.gateway.startup_failures import StartupFailures
 from agentkeel.harness.agents import Harness
 from agentkeel.runtime.runtime import Runtime, open_runtime
 
@@ -86,6 +87,7 @@ def create_app(
     install_cors(app, config.gateway.cors)  # outside the rest, so refusals get CORS headers too
     app.add_middleware(HostCheck, allowed=allowed_names(config.gateway.allowed_hosts, bound_host))
     app.add_middleware(RequestsFirst)  # outermost: a request holds the start gate from its first byte
+    app.add_middleware(StartupFailures)  # lifespan only: a runtime that cannot open, in one line
     app.include_router(meta.router)
     app.include_router(runs.router)
     for module in _installed_routers():

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -46,13 +47,14 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from agentkeel.database import Database, DatabasePool
 from agentkeel.runtime.sqlite_inline import InlineConnection, connect_inline
+from agentkeel.runtime.startup import StartupError
 from agentkeel.runtime.stores.sql_engine import SqlDatabase
 from agentkeel.runtime.wal_checkpointer import WalCheckpointer
 
@@ -103,6 +105,16 @@ class Pool(AsyncConnectionPool[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._returning: set[asyncio.Task[None]] = set()
+        # Why the pool could not connect, last time it tried: psycopg_pool only logs it, and its
+        # own timeout says nothing of the cause ("pool initialization incomplete").
+        self.connect_error: Exception | None = None
+
+    async def _connect(self, timeout: float | None = None) -> AsyncConnection[Any]:
+        try:
+            return await super()._connect(timeout)
+        except Exception as exc:
+            self.connect_error = exc
+            raise
 
     async def putconn(self, conn: AsyncConnection[Any]) -> None:
         if isinstance(conn, PooledConnection):
@@ -189,8 +201,14 @@ async def open_connections(database: Database) -> AsyncIterator[Connections]:
         yield Connections(database)
         return
     if url.backend == "sqlite":
-        engine = _sqlite_engine(Path(url.target), database.pool)
-        checkpointer = WalCheckpointer(Path(url.target))
+        path = Path(url.target).expanduser()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            await (await connect_inline(path)).close()  # the file opens, or start-up says why
+        except (OSError, sqlite3.Error) as exc:
+            raise StartupError("database", f"cannot open {url}: {exc}") from None
+        engine = _sqlite_engine(path, database.pool)
+        checkpointer = WalCheckpointer(path)
         checkpointer.start()
         try:
             yield Connections(database, sql=SqlDatabase(engine))
@@ -200,7 +218,14 @@ async def open_connections(database: Database) -> AsyncIterator[Connections]:
         return
     conninfo = postgres_conninfo(url.target, database.pool)
     pool = _postgres_pool(conninfo, database.pool)
-    await pool.open(wait=True, timeout=database.pool.acquire_timeout_s)
+    try:
+        await pool.open(wait=True, timeout=database.pool.acquire_timeout_s)
+    except PoolTimeout:  # the pool is closed by then
+        cause = pool.connect_error or "no connection was made"
+        raise StartupError(
+            "database", f"no connection to {url} within {database.pool.acquire_timeout_s:g} s "
+            f"(database_pool.acquire_timeout_s): {cause}",
+        ) from None
     try:
         engine = _postgres_engine(pool, database.pool)
         try:
@@ -234,9 +259,6 @@ def _postgres_engine(pool: Pool, settings: DatabasePool) -> AsyncEngine:
 
 
 def _sqlite_engine(path: Path, settings: DatabasePool) -> AsyncEngine:
-    path = path.expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-
     async def connect() -> InlineConnection:
         return await connect_inline(path)
 

@@ -31,6 +31,7 @@ from agentkeel.runtime.manager import Executes, RunManager
 from agentkeel.runtime.metrics import RunMetrics
 from agentkeel.runtime.notify import open_notifier
 from agentkeel.runtime.records import CompletionHook
+from agentkeel.runtime.startup import StartupError
 from agentkeel.runtime.stores.assistants import AssistantStore
 from agentkeel.runtime.stores.base import JournalStore, RunStore
 from agentkeel.runtime.stores.factory import open_stores
@@ -95,7 +96,10 @@ async def open_runtime(
     redaction.install([*(m.api_key_env for m in config.models if m.api_key_env), *config.auth.secret_envs()])
     if harness is None:
         harness = Harness(config, config.checkpoint_mode)  # fails fast on a broken model or graph
-    config.data_path.mkdir(parents=True, exist_ok=True)
+    try:
+        config.data_path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError("data_dir", f"cannot create {config.data_path}: {exc}") from None
     limits = config.limits
     metrics = metrics or RunMetrics()
     async with open_connections(config.db) as connections:
