@@ -20,6 +20,7 @@ from langchain_core.tools import BaseTool
 from langgraph.pregel import Pregel
 
 from agentkeel.config import AssistantConfig, KeelConfig
+from agentkeel.harness import langsmith_inline
 from agentkeel.harness.context import RunContext
 from agentkeel.harness.graphs import GraphLoadError, load_graph_target, load_reference, materialize_graph
 from agentkeel.harness.middleware.catalog import build_agent_chain
@@ -81,6 +82,7 @@ class Harness:
     def __init__(self, config: KeelConfig, checkpoint_mode: Literal["full", "delta"] = "full") -> None:
         self._config = config
         self._mode = checkpoint_mode
+        langsmith_inline.install()  # untraced middleware calls stay on the loop (langsmith_inline.py)
         self.models = ModelLoader(config)
         # Skills too: a SKILL.md with bad front matter stops start-up (SkillError names the file).
         self.skills_root = config.skills_path
