@@ -204,7 +204,11 @@ async def open_connections(database: Database) -> AsyncIterator[Connections]:
         path = Path(url.target).expanduser()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            await (await connect_inline(path)).close()  # the file opens, or start-up says why
+            probe = await connect_inline(path)  # the file opens and is a database, or start-up says why
+            try:
+                await probe.execute("SELECT count(*) FROM sqlite_master")
+            finally:
+                await probe.close()
         except (OSError, sqlite3.Error) as exc:
             raise StartupError("database", f"cannot open {url}: {exc}") from None
         engine = _sqlite_engine(path, database.pool)
