@@ -24,6 +24,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from langsmith import run_helpers
+from langsmith.utils import tracing_is_enabled
+
 DefaultHandOff = Callable[..., Awaitable[Any]]
 
 
@@ -31,7 +34,7 @@ def install() -> bool:
     """Install the inline hand-off unless another one is installed; True when ours is in place.
     A LangSmith without the hook (older releases) keeps its threads: nothing breaks, it is slower."""
     try:
-        from langsmith import run_helpers, set_runtime_overrides
+        from langsmith import set_runtime_overrides
         from langsmith._runtime_overrides import get_runtime_overrides
     except ImportError:
         return False
@@ -55,9 +58,6 @@ async def inline_when_untraced(
 def _untraced_bookkeeping(
     ctx: contextvars.Context, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> bool:
-    from langsmith import run_helpers
-    from langsmith.utils import tracing_is_enabled
-
     if func is run_helpers._setup_run:
         # It posts a run only when the traceable forces tracing or tracing is on in ``ctx``.
         forced = (kwargs.get("container_input") or {}).get("enabled") is True
